@@ -1,0 +1,94 @@
+"""Typed config schema (registered in Hydra's ConfigStore) and its range checks."""
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class ConfigError(ValueError):
+    """A user's config value is out of range; the message is one line naming the key."""
+
+
+class Dtype(Enum):
+    float32 = "float32"
+    float64 = "float64"
+
+
+@dataclass
+class ActivationConfig:
+    name: str = MISSING
+    # Dotted path to an autograd Function, an nn.Module class or a plain function.
+    target: str = MISSING
+    # Dotted path to the built-in the activation imitates.
+    reference: str | None = None
+
+
+@dataclass
+class DataConfig:
+    n: int = 64
+    d_in: int = 1000
+    d_out: int = 10
+
+
+@dataclass
+class ModelConfig:
+    # An int (one hidden layer) or a list of ints (a deeper MLP); checked by validate().
+    hidden: Any = 100
+
+
+@dataclass
+class Config:
+    activation: ActivationConfig = field(default_factory=ActivationConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lr: float = 1e-6
+    steps: int = 500
+    seed: int = 42
+    device: str = "auto"
+    dtype: Dtype = Dtype.float32
+    # torch intra-op threads; None keeps torch's default.
+    threads: int | None = None
+    log_every: int = 1
+    print_every: int = 100
+
+
+def hidden_sizes(hidden: Any) -> list[int]:
+    """`model.hidden` as a list of layer widths."""
+    sizes = list(hidden) if isinstance(hidden, list | tuple) else [hidden]
+    if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) for h in sizes):
+        raise ConfigError(f"model.hidden={hidden!r}: expected an int or a list of ints")
+    return sizes
+
+
+def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: {allowed}")
+
+
+def validate(config: Config) -> None:
+    """Range checks the schema's types cannot express."""
+    for key in ("n", "d_in", "d_out"):
+        value = getattr(config.data, key)
+        _require(value >= 1, f"data.{key}", value, "must be >= 1")
+    for width in hidden_sizes(config.model.hidden):
+        _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")
+    _require(math.isfinite(config.lr) and config.lr > 0, "lr", config.lr, "must be finite and > 0")
+    _require(config.steps >= 0, "steps", config.steps, "must be >= 0")
+    _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")
+    _require(config.print_every >= 1, "print_every", config.print_every, "must be >= 1")
+    if config.threads is not None:
+        _require(config.threads >= 1, "threads", config.threads, "must be >= 1 (or null)")
+
+
+def config_dict(config: Config) -> dict[str, Any]:
+    """The config as plain JSON-ready values."""
+    return asdict(
+        config, dict_factory=lambda items: {k: v.value if isinstance(v, Enum) else v for k, v in items}
+    )
+
+
+ConfigStore.instance().store(name="base_config", node=Config)

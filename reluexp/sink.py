@@ -1,0 +1,69 @@
+"""The one place that writes a run's TensorBoard events and its summary.json."""
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
+# Scalars the HParams tab sorts runs by; written once, at the end of the run.
+HPARAM_METRICS = ("hparams/final_loss", "hparams/min_loss")
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON to a temp file and rename it over `path`, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n")
+    os.replace(tmp, path)
+
+
+class Sink:
+    """Streams scalars of one run to one TensorBoard run (the run dir itself) and keeps summary.json."""
+
+    def __init__(self, run_dir: Path, summary: dict[str, Any]):
+        self.run_dir = run_dir
+        self.summary = dict(summary)
+        self._events = EventFileWriter(str(run_dir))
+        self.update(status="running")
+
+    def update(self, **fields: Any) -> None:
+        """Merge fields into summary.json and rewrite it atomically."""
+        self.summary.update(fields)
+        write_json_atomic(self.run_dir / "summary.json", self.summary)
+
+    def scalars(
+        self, tags: Sequence[str], steps: Sequence[int], times: Sequence[float], rows: Sequence[Sequence[float]]
+    ) -> None:
+        """One event per step holding that step's value for every tag."""
+        for step, wall_time, row in zip(steps, times, rows):
+            values = [Summary.Value(tag=tag, simple_value=v) for tag, v in zip(tags, row)]
+            self._events.add_event(Event(wall_time=wall_time, step=step, summary=Summary(value=values)))
+
+    def hparams_start(self, hparams: dict[str, Any]) -> None:
+        """Declare the run's hparams in this run (not in a sub-run, as SummaryWriter.add_hparams does)."""
+        experiment, session_start, self._session_end = hparams_summaries(
+            hparams, dict.fromkeys(HPARAM_METRICS, math.nan)
+        )
+        self._write_summaries(experiment, session_start)
+
+    def hparams_end(self, step: int, final_loss: float, min_loss: float) -> None:
+        """Record the metrics the HParams tab compares runs by, then close the session."""
+        self.scalars(HPARAM_METRICS, [step], [time.time()], [[final_loss, min_loss]])
+        self._write_summaries(self._session_end)
+
+    def _write_summaries(self, *summaries: Summary) -> None:
+        for summary in summaries:
+            self._events.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+
+    def flush(self) -> None:
+        self._events.flush()
+
+    def close(self) -> None:
+        self._events.close()
