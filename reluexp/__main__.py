@@ -6,13 +6,16 @@ from datetime import datetime
 from pathlib import Path
 
 import hydra
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from reluexp import train
 from reluexp.config import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO_ROOT / "conf"
+EXPERIMENTS_DIR = REPO_ROOT / "experiments"
 
 
 def run_id() -> str:
@@ -22,6 +25,12 @@ def run_id() -> str:
 
 # Cached, like Hydra's own `now`, so every read of hydra.run.dir gives the same name.
 OmegaConf.register_new_resolver("run_id", run_id, use_cache=True)
+
+# Named studies live at the top level, outside conf/; each becomes an option of `experiment=`.
+for preset in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
+    ConfigStore.instance().store(
+        group="experiment", name=preset.stem, node=OmegaConf.load(preset), package="_global_"
+    )
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")

@@ -6,25 +6,25 @@ from enum import Enum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
 
 
 class ConfigError(ValueError):
     """A user's config value is out of range; the message is one line naming the key."""
 
 
-class Dtype(Enum):
+class Dtype(str, Enum):
     float32 = "float32"
     float64 = "float64"
 
 
 @dataclass
 class ActivationConfig:
-    name: str = MISSING
+    # Defaults: the reference experiment's (conf/activation/myrelu.yaml), for train.run() callers.
+    name: str = "myrelu"
     # Dotted path to an autograd Function, an nn.Module class or a plain function.
-    target: str = MISSING
+    target: str = "reluexp.functions.MyReLU"
     # Dotted path to the built-in the activation imitates.
-    reference: str | None = None
+    reference: str | None = "torch.relu"
 
 
 @dataclass
@@ -80,6 +80,7 @@ def validate(config: Config) -> None:
     _require(config.steps >= 0, "steps", config.steps, "must be >= 0")
     _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")
     _require(config.print_every >= 1, "print_every", config.print_every, "must be >= 1")
+    _require(config.dtype in set(Dtype), "dtype", config.dtype, "expected float32 or float64")
     if config.threads is not None:
         _require(config.threads >= 1, "threads", config.threads, "must be >= 1 (or null)")
 
@@ -87,7 +88,8 @@ def validate(config: Config) -> None:
 def config_dict(config: Config) -> dict[str, Any]:
     """The config as plain JSON-ready values."""
     return asdict(
-        config, dict_factory=lambda items: {k: v.value if isinstance(v, Enum) else v for k, v in items}
+        config,
+        dict_factory=lambda items: {k: v.value if isinstance(v, Enum) else v for k, v in items},
     )
 
 

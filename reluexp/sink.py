@@ -25,7 +25,7 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
 
 
 class Sink:
-    """Streams scalars of one run to one TensorBoard run (the run dir itself) and keeps summary.json."""
+    """Streams one run's scalars into one TensorBoard run (the run dir) and keeps summary.json."""
 
     def __init__(self, run_dir: Path, summary: dict[str, Any]):
         self.run_dir = run_dir
@@ -39,15 +39,21 @@ class Sink:
         write_json_atomic(self.run_dir / "summary.json", self.summary)
 
     def scalars(
-        self, tags: Sequence[str], steps: Sequence[int], times: Sequence[float], rows: Sequence[Sequence[float]]
+        self,
+        tags: Sequence[str],
+        steps: Sequence[int],
+        times: Sequence[float],
+        rows: Sequence[Sequence[float]],
     ) -> None:
         """One event per step holding that step's value for every tag."""
         for step, wall_time, row in zip(steps, times, rows):
             values = [Summary.Value(tag=tag, simple_value=v) for tag, v in zip(tags, row)]
-            self._events.add_event(Event(wall_time=wall_time, step=step, summary=Summary(value=values)))
+            self._events.add_event(
+                Event(wall_time=wall_time, step=step, summary=Summary(value=values))
+            )
 
     def hparams_start(self, hparams: dict[str, Any]) -> None:
-        """Declare the run's hparams in this run (not in a sub-run, as SummaryWriter.add_hparams does)."""
+        """Declare the hparams in this run, not in a sub-run as SummaryWriter.add_hparams does."""
         experiment, session_start, self._session_end = hparams_summaries(
             hparams, dict.fromkeys(HPARAM_METRICS, math.nan)
         )

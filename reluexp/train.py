@@ -15,7 +15,7 @@ import torch
 
 import reluexp
 from reluexp.activations import resolve_activation
-from reluexp.config import Config, ConfigError, config_dict, hidden_sizes, validate
+from reluexp.config import Config, ConfigError, Dtype, config_dict, hidden_sizes, validate
 from reluexp.data import make_data
 from reluexp.model import forward, init_weights
 from reluexp.sink import Sink
@@ -135,7 +135,7 @@ def hparams(config: Config, device: torch.device) -> dict[str, Any]:
         "steps": config.steps,
         "seed": config.seed,
         "device": str(device),
-        "dtype": config.dtype.value,
+        "dtype": Dtype(config.dtype).value,
     }
 
 
@@ -147,7 +147,8 @@ def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
     """Train the configured model, stream its metrics into run_dir; return the final loss."""
     validate(config)
     device = resolve_device(config.device)
-    dtype = getattr(torch, config.dtype.value)
+    dtype_name = Dtype(config.dtype).value
+    dtype = getattr(torch, dtype_name)
     activation = resolve_activation(config.activation.target)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
@@ -169,7 +170,7 @@ def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
             "started_at": now(),
             "steps_done": 0,
             "device": str(device),
-            "dtype": config.dtype.value,
+            "dtype": dtype_name,
             "threads": torch.get_num_threads(),
             "seed": config.seed,
             "versions": versions(),

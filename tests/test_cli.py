@@ -1,0 +1,115 @@
+"""End to end, as a user runs it: the command, a sweep, and a real TensorBoard server."""
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_runs_started_together_get_their_own_directories(tmp_path):
+    processes = [
+        subprocess.Popen([sys.executable, "-m", "reluexp", "steps=2", "device=cpu"], cwd=tmp_path)
+        for _ in range(3)
+    ]
+    assert [p.wait(timeout=120) for p in processes] == [0, 0, 0]
+    run_dirs = sorted((tmp_path / "outputs" / "runs").iterdir())
+    assert len(run_dirs) == 3
+    for run_dir in run_dirs:
+        assert (run_dir / ".hydra" / "config.yaml").is_file()
+        assert (run_dir / "reluexp.log").is_file()
+        assert list(run_dir.glob("events.out.tfevents.*"))
+        assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+
+
+def test_user_mistakes_get_one_line(tmp_path):
+    result = run_cli("device=cuda:7", f"hydra.run.dir={tmp_path}", cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("reluexp: error: device='cuda:7'")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("sweep")
+    run_cli("-m", "activation=myrelu,relu", "seed=0,1", "steps=30", "device=cpu", cwd=cwd)
+    (sweep,) = (cwd / "outputs" / "multirun").iterdir()
+    return sweep
+
+
+def test_sweep_gives_every_job_a_readable_directory(sweep_dir):
+    jobs = sorted(p.name for p in sweep_dir.iterdir() if p.is_dir())
+    assert jobs == [
+        "0_activation=myrelu,device=cpu,seed=0,steps=30",
+        "1_activation=myrelu,device=cpu,seed=1,steps=30",
+        "2_activation=relu,device=cpu,seed=0,steps=30",
+        "3_activation=relu,device=cpu,seed=1,steps=30",
+    ]
+    for job in jobs:
+        summary = json.loads((sweep_dir / job / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["steps_done"] == 30
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def test_tensorboard_shows_one_run_per_job(sweep_dir):
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(sweep_dir.parent.parent),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--reload_interval",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        runs: list[str] = []
+        while time.monotonic() < deadline and len(runs) < 4:
+            with contextlib.suppress(OSError):  # not listening yet
+                runs = get_json(f"{base}/data/runs")
+            time.sleep(0.5)
+        expected = {
+            f"multirun/{sweep_dir.name}/{p.name}" for p in sweep_dir.iterdir() if p.is_dir()
+        }
+        assert set(runs) == expected
+        tags = get_json(f"{base}/data/plugin/scalars/tags")
+        for run in expected:
+            assert {
+                "loss/train",
+                "grad_norm/w1",
+                "grad_norm/w2",
+                "grad_norm/total",
+                "activation/dead_fraction",
+                "activation/exact_zeros",
+            } <= set(tags[run])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,101 @@
+"""Config composition, in-process: every YAML composes into the typed schema."""
+
+from dataclasses import asdict
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from reluexp.__main__ import CONF_DIR, EXPERIMENTS_DIR
+from reluexp.activations import resolve_activation
+from reluexp.config import Config, ConfigError, Dtype, validate
+
+ACTIVATIONS = sorted(p.stem for p in (CONF_DIR / "activation").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
+
+
+def compose_config(*overrides: str) -> Config:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_object(compose("config", overrides=list(overrides)))
+
+
+def test_defaults_are_the_reference_experiment():
+    config = compose_config()
+    assert isinstance(config, Config)
+    assert (config.data.n, config.data.d_in, config.model.hidden, config.data.d_out) == (
+        64,
+        1000,
+        100,
+        10,
+    )
+    assert (config.lr, config.steps, config.seed, config.device) == (1e-6, 500, 42, "auto")
+    assert config.activation.name == "myrelu" and config.dtype is Dtype.float32
+    assert (config.log_every, config.print_every) == (1, 100)
+    # The dataclass defaults (for train.run() callers) are the same values the YAML holds.
+    assert asdict(config) == asdict(Config())
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_every_activation_composes_and_resolves(name):
+    config = compose_config(f"activation={name}")
+    assert config.activation.name == name
+    assert callable(resolve_activation(config.activation.target))
+    if config.activation.reference is not None:
+        assert callable(resolve_activation(config.activation.reference))
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes(name):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
+    assert cfg.hydra.sweeper.params, f"{name} sweeps nothing"
+
+
+def test_overrides_are_typed():
+    config = compose_config("lr=1e-3", "model.hidden=[64,32]", "dtype=float64", "threads=1")
+    assert config.lr == 1e-3 and config.model.hidden == [64, 32]
+    assert config.dtype is Dtype.float64 and config.threads == 1
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("stepz=3", "Key 'stepz' not in 'Config'"),
+        ("data.width=3", "Key 'width' not in 'DataConfig'"),
+        ("lr=fast", "Value 'fast' of type 'str' could not be converted to Float"),
+        ("dtype=float16", "Invalid value 'float16', expected one of [float32, float64]"),
+        ("activation=nope", "Could not find 'activation/nope'"),
+    ],
+)
+def test_bad_overrides_fail_at_compose_time_naming_the_key(override, message):
+    with pytest.raises(ConfigCompositionException) as raised:
+        compose_config(override)
+    assert message in str(raised.value) + str(raised.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("lr", 0.0, "lr=0.0: must be finite and > 0"),
+        ("lr", float("inf"), "lr=inf: must be finite and > 0"),
+        ("steps", -1, "steps=-1: must be >= 0"),
+        ("log_every", 0, "log_every=0: must be >= 1"),
+        ("threads", 0, "threads=0: must be >= 1"),
+    ],
+)
+def test_out_of_range_values_name_the_key(field, value, message):
+    config = Config()
+    setattr(config, field, value)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        validate(config)
+
+
+@pytest.mark.parametrize(
+    ("hidden", "message"), [(0, "every width must be >= 1"), ([], "expected an int or a list")]
+)
+def test_bad_hidden_sizes(hidden, message):
+    config = Config()
+    config.model.hidden = hidden
+    with pytest.raises(ConfigError, match=message):
+        validate(config)

@@ -1,0 +1,157 @@
+"""The framework's loop against an independent copy of the seed's loop, number for number."""
+
+import json
+import math
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from reluexp import train
+from reluexp.config import Config, ConfigError
+from tests.conftest import SeedRelu, run_cli, seed_loop
+
+
+def scalars(run_dir):
+    """tag -> [(step, value)] read back with TensorBoard's own reader."""
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return seed_loop()
+
+
+def test_default_command_prints_the_seed_losses_bit_for_bit(tmp_path, reference):
+    result = run_cli("device=cpu", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    expected = [f"{t} {r['loss']!r}" for t, r in enumerate(reference) if t % 100 == 99]
+    assert result.stdout.splitlines() == expected
+    log_lines = [
+        line.split(" - ", 1)[1] for line in (tmp_path / "reluexp.log").read_text().splitlines()
+    ]
+    assert log_lines == expected
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    final_loss = train.run(Config(device="cpu"), run_dir, overrides=["device=cpu"])
+    return run_dir, final_loss
+
+
+def test_events_hold_every_step_of_the_loop(default_run, reference):
+    run_dir, _ = default_run
+    logged = scalars(run_dir)
+    assert [step for step, _ in logged["loss/train"]] == list(range(500))
+    # Event files store float32 scalars; the loss is float32, so it survives exactly.
+    assert [v for _, v in logged["loss/train"]] == [r["loss"] for r in reference]
+    assert [v for _, v in logged["activation/exact_zeros"]] == [r["exact_zeros"] for r in reference]
+    assert [v for _, v in logged["activation/dead_fraction"]] == pytest.approx(
+        [r["dead_fraction"] for r in reference], abs=1e-7
+    )
+    for tag, key in [
+        ("grad_norm/w1", "grad_w1"),
+        ("grad_norm/w2", "grad_w2"),
+        ("weight_norm/w1", "weight_w1"),
+    ]:
+        torch.testing.assert_close(
+            torch.tensor([v for _, v in logged[tag]]),
+            torch.tensor([r[key] for r in reference], dtype=torch.float32),
+            rtol=1e-5,
+            atol=0,
+        )
+    total = [math.hypot(r["grad_w1"], r["grad_w2"]) for r in reference]
+    assert [v for _, v in logged["grad_norm/total"]] == pytest.approx(total, rel=1e-5)
+
+
+def test_exact_zero_preactivations_occur_in_the_reference(reference):
+    # The finding the framework exists to show: myrelu and relu disagree at these inputs.
+    assert sum(r["exact_zeros"] > 0 for r in reference) > 100
+
+
+def test_summary_records_the_completed_run(default_run, reference):
+    run_dir, final_loss = default_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["steps_done"] == 500
+    assert summary["final_loss"] == final_loss == reference[-1]["loss"]
+    assert summary["min_loss"] == min(r["loss"] for r in reference)
+    assert summary["device"] == "cpu" and summary["dtype"] == "float32" and summary["seed"] == 42
+    assert summary["threads"] == torch.get_num_threads()
+    assert summary["versions"]["torch"] == torch.__version__
+    assert summary["overrides"] == ["device=cpu"]
+    assert summary["steps_per_s"] > 0 and summary["wall_time_s"] > 0
+
+
+def test_hparams_land_in_the_same_run(default_run, reference):
+    run_dir, _ = default_run
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    plugin_data = events.PluginTagToContent("hparams")
+    assert set(plugin_data) == {
+        "_hparams_/experiment",
+        "_hparams_/session_start_info",
+        "_hparams_/session_end_info",
+    }
+    assert b"myrelu" in plugin_data["_hparams_/session_start_info"]
+    final = events.Scalars("hparams/final_loss")
+    assert [e.value for e in final] == [reference[-1]["loss"]]
+    assert not [p for p in run_dir.iterdir() if p.is_dir()]  # no sub-run
+
+
+def test_builtin_relu_matches_the_seed_loop_with_torch_relu(tmp_path):
+    steps = 60
+    reference = seed_loop(relu=torch.relu, steps=steps)
+    config = Config(device="cpu", steps=steps)
+    config.activation.name, config.activation.target = "relu", "torch.relu"
+    train.run(config, tmp_path)
+    assert [v for _, v in scalars(tmp_path)["loss/train"]] == [r["loss"] for r in reference]
+
+
+def test_myrelu_and_relu_part_after_an_exact_zero(reference):
+    builtin = seed_loop(relu=torch.relu, steps=len(reference))
+    first_zero = next(t for t, r in enumerate(reference) if r["exact_zeros"])
+    first_difference = next(
+        t for t, (a, b) in enumerate(zip(reference, builtin)) if a["loss"] != b["loss"]
+    )
+    # Equal up to the step whose backward first met an exact zero; its update differs.
+    assert first_difference == first_zero + 1
+
+
+def test_deeper_mlp_logs_a_norm_per_weight(tmp_path):
+    config = Config(device="cpu", steps=5, lr=1e-8)
+    config.model.hidden = [32, 16]
+    train.run(config, tmp_path)
+    tags = set(scalars(tmp_path))
+    assert {"grad_norm/w1", "grad_norm/w2", "grad_norm/w3", "weight_norm/w3"} <= tags
+
+
+def test_float64_starts_from_the_same_draw(tmp_path):
+    steps = 3
+    config = Config(device="cpu", steps=steps, dtype="float64")
+    final64 = train.run(config, tmp_path / "f64")
+    reference = seed_loop(steps=steps)
+    assert final64 == pytest.approx(reference[-1]["loss"], rel=1e-4)
+    assert final64 != reference[-1]["loss"]
+
+
+def test_log_every_records_every_nth_step_and_the_last(tmp_path):
+    config = Config(device="cpu", steps=10, log_every=4)
+    train.run(config, tmp_path)
+    assert [step for step, _ in scalars(tmp_path)["loss/train"]] == [0, 4, 8, 9]
+
+
+def test_missing_device_is_an_error_not_a_fallback(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    with pytest.raises(ConfigError, match="device='cuda': CUDA is not available"):
+        train.run(Config(device="cuda"), tmp_path)
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_seed_relu_copy_is_the_seed(reference):
+    assert SeedRelu.apply(torch.tensor([0.0], requires_grad=True)).item() == 0.0
