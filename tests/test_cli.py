@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow
 

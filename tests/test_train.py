@@ -9,7 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from reluexp import train
 from reluexp.config import Config, ConfigError
-from tests.conftest import SeedRelu, run_cli, seed_loop
+from tests.helpers import SeedRelu, run_cli, seed_loop
 
 
 def scalars(run_dir):
