@@ -6,6 +6,7 @@ from enum import Enum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 
 class ConfigError(ValueError):
@@ -15,6 +16,13 @@ class ConfigError(ValueError):
 class Dtype(str, Enum):
     float32 = "float32"
     float64 = "float64"
+
+
+class Optimizer(str, Enum):
+    # The seed's `w -= lr * w.grad`; torch.optim.SGD rounds differently, so it is its own option.
+    manual = "manual"
+    sgd = "sgd"
+    adam = "adam"
 
 
 @dataclass
@@ -50,10 +58,17 @@ class Config:
     seed: int = 42
     device: str = "auto"
     dtype: Dtype = Dtype.float32
+    optimizer: Optimizer = Optimizer.manual
     # torch intra-op threads; None keeps torch's default.
     threads: int | None = None
     log_every: int = 1
     print_every: int = 100
+    # Steps between checkpoints (0: only at the end and on SIGINT/SIGTERM).
+    checkpoint_every: int = 0
+    # A non-finite loss ends the run as `diverged`; false records the step and trains on.
+    stop_on_divergence: bool = True
+    # A run directory to continue; its own config is used, so other overrides are refused.
+    resume: str | None = None
 
 
 def hidden_sizes(hidden: Any) -> list[int]:
@@ -81,6 +96,15 @@ def validate(config: Config) -> None:
     _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")
     _require(config.print_every >= 1, "print_every", config.print_every, "must be >= 1")
     _require(config.dtype in set(Dtype), "dtype", config.dtype, "expected float32 or float64")
+    _require(
+        config.optimizer in set(Optimizer),
+        "optimizer",
+        config.optimizer,
+        "expected manual, sgd or adam",
+    )
+    _require(
+        config.checkpoint_every >= 0, "checkpoint_every", config.checkpoint_every, "must be >= 0"
+    )
     if config.threads is not None:
         _require(config.threads >= 1, "threads", config.threads, "must be >= 1 (or null)")
 
@@ -91,6 +115,11 @@ def config_dict(config: Config) -> dict[str, Any]:
         config,
         dict_factory=lambda items: {k: v.value if isinstance(v, Enum) else v for k, v in items},
     )
+
+
+def config_from_dict(values: dict[str, Any]) -> Config:
+    """The inverse of config_dict(), type-checked against the schema."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), values))
 
 
 ConfigStore.instance().store(name="base_config", node=Config)

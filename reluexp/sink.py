@@ -1,14 +1,13 @@
 """The one place that writes a run's TensorBoard events and its summary.json."""
 
 import json
-import math
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summaries
@@ -27,10 +26,14 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
 class Sink:
     """Streams one run's scalars into one TensorBoard run (the run dir) and keeps summary.json."""
 
-    def __init__(self, run_dir: Path, summary: dict[str, Any]):
+    def __init__(self, run_dir: Path, summary: dict[str, Any], purge_step: int | None = None):
         self.run_dir = run_dir
         self.summary = dict(summary)
         self._events = EventFileWriter(str(run_dir))
+        if purge_step is not None:
+            # A resumed run: TensorBoard drops events at or after this step left by the lost part.
+            start = SessionLog(status=SessionLog.START)
+            self._events.add_event(Event(wall_time=time.time(), step=purge_step, session_log=start))
         self.update(status="running")
 
     def update(self, **fields: Any) -> None:
@@ -54,15 +57,16 @@ class Sink:
 
     def hparams_start(self, hparams: dict[str, Any]) -> None:
         """Declare the hparams in this run, not in a sub-run as SummaryWriter.add_hparams does."""
-        experiment, session_start, self._session_end = hparams_summaries(
-            hparams, dict.fromkeys(HPARAM_METRICS, math.nan)
-        )
+        experiment, session_start, _ = hparams_summaries(hparams, dict.fromkeys(HPARAM_METRICS))
         self._write_summaries(experiment, session_start)
 
-    def hparams_end(self, step: int, final_loss: float, min_loss: float) -> None:
+    def hparams_end(
+        self, hparams: dict[str, Any], step: int, final_loss: float, min_loss: float
+    ) -> None:
         """Record the metrics the HParams tab compares runs by, then close the session."""
         self.scalars(HPARAM_METRICS, [step], [time.time()], [[final_loss, min_loss]])
-        self._write_summaries(self._session_end)
+        *_, session_end = hparams_summaries(hparams, dict.fromkeys(HPARAM_METRICS))
+        self._write_summaries(session_end)
 
     def _write_summaries(self, *summaries: Summary) -> None:
         for summary in summaries:

@@ -1,9 +1,13 @@
 """The training loop: seed-exact reference experiment, every step's metrics streamed to the sink."""
 
+import json
 import logging
 import math
+import os
 import platform
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -15,7 +19,17 @@ import torch
 
 import reluexp
 from reluexp.activations import resolve_activation
-from reluexp.config import Config, ConfigError, Dtype, config_dict, hidden_sizes, validate
+from reluexp.checkpoint import load_checkpoint, save_checkpoint
+from reluexp.config import (
+    Config,
+    ConfigError,
+    Dtype,
+    Optimizer,
+    config_dict,
+    config_from_dict,
+    hidden_sizes,
+    validate,
+)
 from reluexp.data import make_data
 from reluexp.model import forward, init_weights
 from reluexp.sink import Sink
@@ -143,9 +157,153 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+class Interrupted(Exception):
+    """The run stopped at a step boundary on a signal, checkpointed; exit with 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    """While active, SIGINT/SIGTERM ask the loop to stop at the next step; a second one exits now.
+
+    Every file is written by rename, so exiting at once cannot leave a half-written one.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            os._exit(128 + signum)
+        self.signum = signum
+
+    def __enter__(self) -> "StopSignals":
+        # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+class MetricStream:
+    """Metric rows buffered on the device, brought to the host in blocks and sent to the sink."""
+
+    def __init__(
+        self,
+        sink: Sink,
+        tags: list[str],
+        device: torch.device,
+        dtype: torch.dtype,
+        min_loss: float,
+        final_loss: float,
+        stop_on_divergence: bool,
+    ):
+        self.sink = sink
+        self.tags = tags
+        self.buffer = torch.empty(FLUSH_ROWS, len(tags), device=device, dtype=dtype)
+        self.steps: list[int] = []
+        self.times: list[float] = []
+        self.last_flush = time.perf_counter()
+        self.min_loss = min_loss
+        self.final_loss = final_loss
+        self.stop_on_divergence = stop_on_divergence
+        self.diverged_at: int | None = None
+
+    def record(self, step: int, row: torch.Tensor) -> None:
+        self.buffer[len(self.steps)] = row
+        self.steps.append(step)
+        self.times.append(time.time())
+        if len(self.steps) == FLUSH_ROWS or time.perf_counter() - self.last_flush > FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """One host sync per block; when stopping, rows after a diverging step are dropped."""
+        rows = self.buffer[: len(self.steps)].tolist()
+        for i, row in enumerate(rows):
+            if math.isfinite(row[0]):
+                self.min_loss = min(self.min_loss, row[0])
+            elif self.diverged_at is None:
+                self.diverged_at = self.steps[i]
+                if self.stop_on_divergence:
+                    del rows[i + 1 :]
+                    break
+        if rows:
+            self.final_loss = rows[-1][0]
+        self.sink.scalars(self.tags, self.steps, self.times, rows)
+        self.steps.clear()
+        self.times.clear()
+        self.last_flush = time.perf_counter()
+
+    @property
+    def stopped(self) -> bool:
+        return self.diverged_at is not None and self.stop_on_divergence
+
+
 def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
     """Train the configured model, stream its metrics into run_dir; return the final loss."""
     validate(config)
+    summary = {
+        "status": "running",
+        "started_at": now(),
+        "seed": config.seed,
+        "overrides": list(overrides),
+        "config": config_dict(config),
+    }
+    return _train(config, run_dir, summary, checkpoint=None)
+
+
+def resume(run_dir: Path) -> float:
+    """Continue an interrupted run in its own directory, from its checkpoint, with its config."""
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        raise ConfigError(f"resume={run_dir}: not a run directory (no summary.json)")
+    summary = json.loads(summary_path.read_text())
+    if summary["status"] in ("completed", "diverged"):
+        log.info(
+            "%s already %s at step %d; nothing to resume",
+            run_dir,
+            summary["status"],
+            summary["steps_done"],
+        )
+        return summary["final_loss"]
+    checkpoint = load_checkpoint(run_dir)
+    if checkpoint["config"] != summary["config"]:
+        raise ConfigError(f"resume={run_dir}: checkpoint.pt was written by another config")
+    for stale in ("ended_at", "signal", "error"):
+        summary.pop(stale, None)
+    summary["resumes"] = summary.get("resumes", 0) + 1
+    config = config_from_dict(checkpoint["config"])
+    validate(config)
+    sizes = layer_sizes(config)
+    shapes = [tuple(w.shape) for w in checkpoint["weights"]]
+    if shapes != list(zip(sizes, sizes[1:])):
+        raise ConfigError(f"resume={run_dir}: checkpoint weights {shapes} do not fit the config")
+    return _train(config, run_dir, summary, checkpoint)
+
+
+def layer_sizes(config: Config) -> list[int]:
+    return [config.data.d_in, *hidden_sizes(config.model.hidden), config.data.d_out]
+
+
+def make_optimizer(config: Config, weights: list[torch.Tensor]) -> torch.optim.Optimizer | None:
+    """None for the seed's manual update, which the loop applies itself."""
+    if config.optimizer == Optimizer.sgd:
+        return torch.optim.SGD(weights, lr=config.lr)
+    if config.optimizer == Optimizer.adam:
+        return torch.optim.Adam(weights, lr=config.lr)
+    return None
+
+
+def _train(
+    config: Config, run_dir: Path, summary: dict[str, Any], checkpoint: dict[str, Any] | None
+) -> float:
     device = resolve_device(config.device)
     dtype_name = Dtype(config.dtype).value
     dtype = getattr(torch, dtype_name)
@@ -157,90 +315,119 @@ def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
     # One CPU generator in the seed's order (x, y, w1, w2, ...): CPU and GPU runs start identical.
     generator = torch.Generator("cpu").manual_seed(config.seed)
     x, y = make_data(config.data.n, config.data.d_in, config.data.d_out, generator)
-    sizes = [config.data.d_in, *hidden_sizes(config.model.hidden), config.data.d_out]
-    weights = init_weights(sizes, generator)
+    weights = init_weights(layer_sizes(config), generator)
+    if checkpoint is not None:
+        weights = checkpoint["weights"]
     x, y = x.to(device, dtype), y.to(device, dtype)
     weights = [w.to(device, dtype).requires_grad_() for w in weights]
+    optimizer = make_optimizer(config, weights)
+    start_step = 0
+    if checkpoint is not None:
+        start_step = checkpoint["step"]
+        if optimizer is not None:
+            optimizer.load_state_dict(checkpoint["optimizer"])
+        torch.set_rng_state(checkpoint["rng_cpu"])
+        if torch.cuda.is_available() and checkpoint["rng_cuda"]:
+            torch.cuda.set_rng_state_all(checkpoint["rng_cuda"])
 
+    summary.update(
+        status="running",
+        device=str(device),
+        dtype=dtype_name,
+        threads=torch.get_num_threads(),
+        versions=versions(),
+    )
+    sink = Sink(run_dir, summary, purge_step=start_step if checkpoint is not None else None)
+    run_hparams = hparams(config, device)
+    if checkpoint is None:
+        sink.hparams_start(run_hparams)
     tags = metric_tags(len(weights))
-    sink = Sink(
-        run_dir,
-        {
-            "status": "running",
-            "started_at": now(),
-            "steps_done": 0,
-            "device": str(device),
-            "dtype": dtype_name,
-            "threads": torch.get_num_threads(),
-            "seed": config.seed,
-            "versions": versions(),
-            "overrides": list(overrides),
-            "config": config_dict(config),
-        },
+    stream = MetricStream(
+        sink,
+        tags,
+        device,
+        dtype,
+        min_loss=checkpoint["min_loss"] if checkpoint else math.inf,
+        final_loss=checkpoint["final_loss"] if checkpoint else math.nan,
+        stop_on_divergence=config.stop_on_divergence,
     )
-    sink.hparams_start(hparams(config, device))
+    previous_wall_time = checkpoint["wall_time_s"] if checkpoint else 0.0
+    start = time.perf_counter()
+    step = start_step
 
-    buffer = torch.empty(FLUSH_ROWS, len(tags), device=device, dtype=dtype)
-    buffered_steps: list[int] = []
-    buffered_times: list[float] = []
-    losses: list[float] = []
-    diverged_at: int | None = None
+    def save(step: int) -> None:
+        stream.flush()  # so the checkpoint's min/final loss cover every step before it
+        save_checkpoint(
+            run_dir,
+            {
+                "step": step,
+                "weights": [w.detach().cpu() for w in weights],
+                "optimizer": optimizer.state_dict() if optimizer is not None else {},
+                "rng_cpu": torch.get_rng_state(),
+                "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "config": config_dict(config),
+                "min_loss": stream.min_loss,
+                "final_loss": stream.final_loss,
+                "wall_time_s": previous_wall_time + time.perf_counter() - start,
+            },
+        )
 
-    def flush() -> None:
-        """Bring buffered rows to the host (one sync), stream them, stop at a non-finite loss."""
-        nonlocal diverged_at
-        rows = buffer[: len(buffered_steps)].tolist()
-        for i, row in enumerate(rows):
-            if not math.isfinite(row[0]):
-                diverged_at = buffered_steps[i]
-                del rows[i + 1 :]
-                break
-        sink.scalars(tags, buffered_steps, buffered_times, rows)
-        losses.extend(row[0] for row in rows)
-        buffered_steps.clear()
-        buffered_times.clear()
+    def finish(status: str, **fields: Any) -> None:
+        wall_time = previous_wall_time + time.perf_counter() - start
+        sink.update(
+            status=status,
+            ended_at=now(),
+            steps_done=step,
+            final_loss=stream.final_loss,
+            min_loss=stream.min_loss if math.isfinite(stream.min_loss) else math.nan,
+            wall_time_s=wall_time,
+            steps_per_s=step / wall_time if wall_time > 0 else None,
+            **fields,
+        )
+        sink.close()
 
-    start = last_flush = time.perf_counter()
-    step = 0
-    while step < config.steps and diverged_at is None:
-        y_pred, hidden = forward(x, weights, activation)
-        loss = (y_pred - y).pow(2).sum()
-        if step % config.print_every == config.print_every - 1:
-            log.info("%d %r", step, loss.item())
-        loss.backward()
-        with torch.no_grad():
-            if step % config.log_every == 0 or step == config.steps - 1:
-                buffer[len(buffered_steps)] = step_metrics(loss, weights, hidden)
-                buffered_steps.append(step)
-                buffered_times.append(time.time())
-            # Exactly the seed's update expression: torch.optim.SGD rounds differently.
-            for w in weights:
-                w -= config.lr * w.grad
-                w.grad.zero_()
-        step += 1
-        if len(buffered_steps) == FLUSH_ROWS or time.perf_counter() - last_flush > FLUSH_SECONDS:
-            flush()
-            last_flush = time.perf_counter()
-    if buffered_steps:
-        flush()
-    wall_time = time.perf_counter() - start
-
-    steps_done = step if diverged_at is None else diverged_at + 1
-    final_loss = losses[-1] if losses else math.nan
-    min_loss = min(losses, default=math.nan)
-    status = "completed" if diverged_at is None else "diverged"
-    sink.hparams_end(max(steps_done - 1, 0), final_loss, min_loss)
-    sink.update(
-        status=status,
-        ended_at=now(),
-        steps_done=steps_done,
-        diverged_at_step=diverged_at,
-        final_loss=final_loss,
-        min_loss=min_loss,
-        wall_time_s=wall_time,
-        steps_per_s=step / wall_time if wall_time > 0 else None,
-    )
-    sink.close()
-    if diverged_at is not None:
-        log.warning("diverged: non-finite loss at step %d", diverged_at)
-    return final_loss
+    with StopSignals() as stop:
+        try:
+            while step < config.steps and not stream.stopped and stop.signum is None:
+                y_pred, hidden = forward(x, weights, activation)
+                loss = (y_pred - y).pow(2).sum()
+                if step % config.print_every == config.print_every - 1:
+                    log.info("%d %r", step, loss.item())
+                loss.backward()
+                with torch.no_grad():
+                    if step % config.log_every == 0 or step == config.steps - 1:
+                        stream.record(step, step_metrics(loss, weights, hidden))
+                    if optimizer is None:
+                        # Exactly the seed's update expression.
+                        for w in weights:
+                            w -= config.lr * w.grad
+                            w.grad.zero_()
+                if optimizer is not None:
+                    optimizer.step()
+                    optimizer.zero_grad()
+                step += 1
+                if config.checkpoint_every and step % config.checkpoint_every == 0:
+                    save(step)
+            stream.flush()
+        except Exception as error:
+            finish("failed", error=f"{type(error).__name__}: {error}")
+            raise
+        if stream.stopped:
+            step = stream.diverged_at + 1
+        elif stop.signum is None:
+            save(step)
+        else:
+            save(step)
+            finish("interrupted", signal=signal.Signals(stop.signum).name)
+            log.warning(
+                "interrupted by %s at step %d; checkpoint written",
+                signal.Signals(stop.signum).name,
+                step,
+            )
+            raise Interrupted(stop.signum)
+    status = "completed" if stream.diverged_at is None else "diverged"
+    sink.hparams_end(run_hparams, max(step - 1, 0), stream.final_loss, stream.min_loss)
+    finish(status, diverged_at_step=stream.diverged_at)
+    if stream.diverged_at is not None:
+        log.warning("diverged: non-finite loss at step %d", stream.diverged_at)
+    return stream.final_loss

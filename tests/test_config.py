@@ -7,8 +7,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from reluexp.__main__ import CONF_DIR, EXPERIMENTS_DIR
 from reluexp.activations import resolve_activation
+from reluexp.cli import CONF_DIR, EXPERIMENTS_DIR
 from reluexp.config import Config, ConfigError, Dtype, validate
 
 ACTIVATIONS = sorted(p.stem for p in (CONF_DIR / "activation").glob("*.yaml"))

@@ -1,0 +1,42 @@
+"""Checkpoints, written atomically and loaded with weights_only=True so nothing in them runs."""
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reluexp.config import ConfigError
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
+    """torch.save to a temp file, then rename: a reader sees the old checkpoint or the new one."""
+    path = run_dir / CHECKPOINT_NAME
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(run_dir: Path) -> dict[str, Any]:
+    """Tensors and plain values only; anything else is refused with a one-line reason."""
+    path = run_dir / CHECKPOINT_NAME
+    if not path.is_file():
+        raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_NAME} in that directory")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        reason = str(error).strip().splitlines()[0]
+        raise ConfigError(
+            f"resume={run_dir}: {CHECKPOINT_NAME} refused, not plain data ({reason})"
+        ) from None
+    except Exception as error:  # torch raises RuntimeError, EOFError, ... for damaged files
+        raise ConfigError(
+            f"resume={run_dir}: {CHECKPOINT_NAME} is unreadable, truncated or corrupt "
+            f"({type(error).__name__})"
+        ) from None
+    if not isinstance(payload, dict) or not {"step", "weights", "config"} <= payload.keys():
+        raise ConfigError(f"resume={run_dir}: {CHECKPOINT_NAME} is not a reluexp checkpoint")
+    return payload
