@@ -1,0 +1,278 @@
+"""Bad input, signals, divergence and resume: nothing lost, nothing silent."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from reluexp import train
+from reluexp.checkpoint import CHECKPOINT_NAME
+from reluexp.config import Config, ConfigError, config_from_dict
+from tests.helpers import run_cli
+
+# Small enough for thousands of steps a second, so a signal lands mid-run.
+SMALL = ["data.d_in=50", "model.hidden=20", "device=cpu", "print_every=1000000"]
+
+BAD_INPUTS = [
+    (["lr=0"], "reluexp: error: lr=0.0: must be finite and > 0"),
+    (["lr=-1e-3"], "reluexp: error: lr=-0.001: must be finite and > 0"),
+    (["lr=nan"], "reluexp: error: lr=nan: must be finite and > 0"),
+    (["steps=-5"], "reluexp: error: steps=-5: must be >= 0"),
+    (["data.n=0"], "reluexp: error: data.n=0: must be >= 1"),
+    (["model.hidden=[10,0]"], "reluexp: error: model.hidden=[10, 0]: every width must be >= 1"),
+    (
+        ["model.hidden=wide"],
+        "reluexp: error: model.hidden='wide': expected an int or a list of ints",
+    ),
+    (["log_every=0"], "reluexp: error: log_every=0: must be >= 1"),
+    (["checkpoint_every=-1"], "reluexp: error: checkpoint_every=-1: must be >= 0"),
+    (["threads=0"], "reluexp: error: threads=0: must be >= 1 (or null)"),
+    (["device=cuda"], "reluexp: error: device='cuda': CUDA is not available on this machine"),
+    (["device=mps"], "reluexp: error: device='mps': MPS is not available on this machine"),
+    (["device=tpu"], "reluexp: error: device='tpu': expected auto, cpu, cuda, cuda:N or mps"),
+    (["activation.target=no.such.Thing"], "reluexp: error: 'no.such.Thing': not an importable"),
+    (
+        ["activation.target=torch.nope"],
+        "reluexp: error: 'torch.nope': module 'torch' has no 'nope'",
+    ),
+    (["hydra.run.dir=/proc/reluexp"], "reluexp: error: hydra.run.dir=/proc/reluexp: cannot write"),
+    (["resume=/nonexistent"], "reluexp: error: resume=/nonexistent: not a run directory"),
+    # Type and key errors come from Hydra's composition, also without a traceback.
+    (["dtype=float16"], "Invalid value 'float16', expected one of [float32, float64]"),
+    (["lr=fast"], "Value 'fast' of type 'str' could not be converted to Float"),
+    (["stepz=3"], "Key 'stepz' not in 'Config'"),
+    (["activation=nope"], "Available options in 'activation':\n\tmyrelu\n\trelu"),
+]
+
+
+@pytest.mark.slow
+def test_bad_inputs_exit_nonzero_with_a_message_and_no_traceback(tmp_path):
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("the device cases assume a CPU-only machine")
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "reluexp", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args, _ in BAD_INPUTS
+    ]
+    for process, (args, message) in zip(processes, BAD_INPUTS):
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode != 0, args
+        assert message in stderr, (args, stderr)
+        assert "Traceback" not in stderr, (args, stderr)
+        if message.startswith("reluexp: error:"):
+            assert stderr.strip() == stderr.strip().splitlines()[0], "more than one line"
+            assert process.returncode == 2
+    # Nothing trained: no run directory holds a summary.
+    assert not list(tmp_path.glob("outputs/**/summary.json"))
+
+
+def losses(run_dir):
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars("loss/train")]
+
+
+def summary(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+STEPS = 20_000
+
+
+def start_training(run_dir):
+    """Start a run and return once it has written its first periodic checkpoint."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reluexp",
+            f"steps={STEPS}",
+            "checkpoint_every=200",
+            f"hydra.run.dir={run_dir}",
+            *SMALL,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (run_dir / CHECKPOINT_NAME).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return process
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
+    steps = STEPS
+    run_dir = tmp_path / "interrupted"
+    process = start_training(run_dir)
+    process.send_signal(signum)
+    assert process.wait(timeout=60) == code
+    stopped = summary(run_dir)
+    assert stopped["status"] == "interrupted" and 0 < stopped["steps_done"] < steps
+    assert stopped["signal"] == signal.Signals(signum).name
+    stopped_losses = losses(run_dir)
+    assert [s for s, _ in stopped_losses] == list(range(stopped["steps_done"]))
+
+    run_cli(f"resume={run_dir}", cwd=tmp_path)
+    resumed = summary(run_dir)
+    assert resumed["status"] == "completed" and resumed["steps_done"] == steps
+    assert resumed["resumes"] == 1 and "signal" not in resumed
+
+    reference_dir = tmp_path / "uninterrupted"
+    config = config_from_dict(stopped["config"])
+    final_loss = train.run(config, reference_dir)
+    assert losses(run_dir) == losses(reference_dir)
+    assert resumed["final_loss"] == final_loss
+    weights = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["weights"]
+    reference = torch.load(reference_dir / CHECKPOINT_NAME, weights_only=True)["weights"]
+    assert all(torch.equal(a, b) for a, b in zip(weights, reference))
+
+
+@pytest.mark.slow
+def test_second_signal_exits_at_once_and_leaves_files_readable(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start_training(run_dir)
+    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143
+    assert summary(run_dir)["status"] in ("running", "interrupted")
+    if (run_dir / CHECKPOINT_NAME).exists():
+        torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    assert losses(run_dir)
+
+
+@pytest.mark.slow
+def test_sigkill_leaves_the_run_marked_running_and_resumable(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start_training(run_dir)
+    time.sleep(0.5)  # past the checkpoint: some logged steps will be lost and relogged
+    process.kill()
+    process.wait(timeout=60)
+    assert summary(run_dir)["status"] == "running"
+    run_cli(f"resume={run_dir}", "hydra.job_logging.root.level=ERROR", cwd=tmp_path)
+    assert summary(run_dir)["status"] == "completed"
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    # Steps logged after the last checkpoint were purged on resume: each step appears once.
+    assert [e.step for e in events.Scalars("loss/train")] == list(range(STEPS))
+
+
+def small_config(**fields):
+    config = Config(device="cpu", print_every=10**6, **fields)
+    config.data.d_in, config.model.hidden = 50, 20
+    return config
+
+
+def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
+    final_loss = train.run(small_config(steps=500, lr=10.0), tmp_path)
+    result = summary(tmp_path)
+    assert result["status"] == "diverged"
+    step = result["diverged_at_step"]
+    assert result["steps_done"] == step + 1 < 500
+    logged = losses(tmp_path)
+    assert [s for s, _ in logged] == list(range(step + 1))
+    assert not math.isfinite(logged[-1][1]) and not math.isfinite(final_loss)
+    assert all(math.isfinite(v) for _, v in logged[:-1])
+
+
+def test_divergence_can_be_recorded_and_trained_through(tmp_path):
+    train.run(small_config(steps=100, lr=10.0, stop_on_divergence=False), tmp_path)
+    result = summary(tmp_path)
+    assert result["status"] == "diverged" and result["steps_done"] == 100
+    assert len(losses(tmp_path)) == 100
+
+
+def test_diverged_run_exits_zero(tmp_path):
+    result = run_cli("lr=10", "steps=200", f"hydra.run.dir={tmp_path}", *SMALL, cwd=tmp_path)
+    assert result.returncode == 0
+    assert "diverged: non-finite loss at step" in result.stdout + result.stderr
+
+
+def test_a_raising_activation_is_recorded_as_failed(tmp_path):
+    config = small_config(steps=10)
+    config.activation.target = "torch.Tensor.nonzero"  # wrong shape: the second matmul raises
+    with pytest.raises(RuntimeError):
+        train.run(config, tmp_path)
+    result = summary(tmp_path)
+    assert result["status"] == "failed" and result["error"].startswith("RuntimeError:")
+
+
+def interrupted_run(run_dir):
+    """A run dir as a SIGINT leaves it: stopped before its last step, checkpoint written."""
+    config = small_config(steps=20, checkpoint_every=10)
+    train.run(config, run_dir)
+    state = summary(run_dir)
+    state["status"] = "interrupted"
+    (run_dir / "summary.json").write_text(json.dumps(state))
+    return run_dir
+
+
+class Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
+    run_dir = interrupted_run(tmp_path / "run")
+    marker = tmp_path / "pwned"
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    checkpoint["payload"] = Payload(marker)
+    torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
+    with pytest.raises(ConfigError, match="checkpoint.pt refused, not plain data"):
+        train.resume(run_dir)
+    assert not marker.exists()
+
+
+def test_truncated_checkpoint_is_refused(tmp_path):
+    run_dir = interrupted_run(tmp_path / "run")
+    path = run_dir / CHECKPOINT_NAME
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ConfigError, match="checkpoint.pt is unreadable, truncated or corrupt"):
+        train.resume(run_dir)
+
+
+def test_checkpoint_of_another_config_is_refused(tmp_path):
+    run_dir = interrupted_run(tmp_path / "run")
+    other = tmp_path / "other"
+    train.run(small_config(steps=20, lr=1e-5), other)
+    (other / CHECKPOINT_NAME).replace(run_dir / CHECKPOINT_NAME)
+    with pytest.raises(ConfigError, match="checkpoint.pt was written by another config"):
+        train.resume(run_dir)
+
+
+def test_resuming_a_completed_run_does_nothing(tmp_path):
+    final_loss = train.run(small_config(steps=5), tmp_path)
+    before = (tmp_path / "summary.json").read_text()
+    assert train.resume(tmp_path) == final_loss
+    assert (tmp_path / "summary.json").read_text() == before
+
+
+def test_summary_is_written_before_the_first_step(tmp_path, monkeypatch):
+    seen = {}
+
+    def forward_spy(*args):
+        seen.setdefault("status", summary(tmp_path)["status"])
+        return original(*args)
+
+    original = train.forward
+    monkeypatch.setattr(train, "forward", forward_spy)
+    train.run(small_config(steps=2), tmp_path)
+    assert seen["status"] == "running"
