@@ -1,8 +1,12 @@
 """Turn an activation's dotted path from the config into a callable on tensors."""
 
+import functools
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,6 +18,9 @@ Activation = Callable[[torch.Tensor], torch.Tensor]
 
 def import_object(path: str) -> object:
     """Import `pkg.module.attr.subattr` by its longest importable module prefix."""
+    # The console script, unlike `python -m`, does not put the current directory on the path.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     parts = path.split(".")
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
@@ -33,13 +40,16 @@ def import_object(path: str) -> object:
     raise ConfigError(f"{path!r}: not an importable dotted path (expected pkg.module.Name)")
 
 
-def resolve_activation(path: str) -> Activation:
-    """An autograd Function gives its `apply`, an nn.Module class an instance, a function itself."""
-    obj = import_object(path)
+def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:
+    """A Function gives its `apply`, a Module class an instance, a function itself; params bound."""
     if inspect.isclass(obj) and issubclass(obj, torch.autograd.Function):
-        return obj.apply
+        return functools.partial(obj.apply, **params)
     if inspect.isclass(obj) and issubclass(obj, nn.Module):
-        return obj()
+        return obj(**params)
     if callable(obj):
-        return obj
+        return functools.partial(obj, **params)
     raise ConfigError(f"{path!r} is a {type(obj).__name__}, not a Function, Module or function")
+
+
+def resolve_activation(path: str, params: dict[str, Any] | None = None) -> Activation:
+    return as_activation(import_object(path), params or {}, path)

@@ -30,9 +30,11 @@ class ActivationConfig:
     # Defaults: the reference experiment's (conf/activation/myrelu.yaml), for train.run() callers.
     name: str = "myrelu"
     # Dotted path to an autograd Function, an nn.Module class or a plain function.
-    target: str = "reluexp.functions.MyReLU"
+    target: str | None = "reluexp.functions.MyReLU"
     # Dotted path to the built-in the activation imitates.
     reference: str | None = "torch.relu"
+    # Keyword arguments for the target and the reference alike (e.g. negative_slope).
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -86,6 +88,12 @@ def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
 
 def validate(config: Config) -> None:
     """Range checks the schema's types cannot express."""
+    _require(
+        config.activation.target is not None,
+        "activation.target",
+        None,
+        "required: a dotted path such as pkg.module.Name",
+    )
     for key in ("n", "d_in", "d_out"):
         value = getattr(config.data, key)
         _require(value >= 1, f"data.{key}", value, "must be >= 1")

@@ -21,3 +21,87 @@ class MyReLU(torch.autograd.Function):
         grad_input = grad_output.clone()
         grad_input[input < 0] = 0
         return grad_input
+
+
+class LeanReLU(torch.autograd.Function):
+    """torch.relu's exact contract as a custom Function, saving nothing the graph lacks.
+
+    forward: y = clamp(x, min=0). backward: dx = dy where y > 0, else 0 (0 at x == 0, as
+    torch.relu). Saves the output, which the next layer's matmul keeps alive anyway.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x.clamp(min=0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (output,) = ctx.saved_tensors
+        # masked_fill, not a multiply: an inf gradient times a 0 mask would give NaN.
+        return grad_output.masked_fill(output <= 0, 0)
+
+
+class LeakyReLU(torch.autograd.Function):
+    """F.leaky_relu as a custom Function.
+
+    forward: y = x if x > 0 else negative_slope * x. backward: dx = dy if x > 0 else
+    negative_slope * dy (the negative side at x == 0, as F.leaky_relu). For a slope >= 0 the
+    output has the input's sign, so the output is saved (shared with the next layer); otherwise
+    the input.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, negative_slope=0.01):
+        return torch.where(x > 0, x, x * negative_slope)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, *rest = inputs
+        ctx.negative_slope = rest[0] if rest else 0.01
+        ctx.save_for_backward(output if ctx.negative_slope >= 0 else x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (sign_source,) = ctx.saved_tensors
+        grad_input = torch.where(sign_source > 0, grad_output, grad_output * ctx.negative_slope)
+        return grad_input, None
+
+
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """float16/bfloat16 upcast for a multi-op formula, as built-in kernels compute in float32."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+class SiLU(torch.autograd.Function):
+    """F.silu with an analytic backward.
+
+    forward: y = x * sigmoid(x). backward: dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x).
+    Saves the input (as F.silu does) and recomputes the sigmoid; smooth, so no kink. Half
+    precision is computed in float32 and rounded once, as the built-in does.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        wide = at_least_float32(x)
+        return (wide * torch.sigmoid(wide)).to(x.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        wide = at_least_float32(x)
+        s = torch.sigmoid(wide)
+        return (at_least_float32(grad_output) * s * (1 + wide * (1 - s))).to(grad_output.dtype)

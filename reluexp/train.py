@@ -307,7 +307,7 @@ def _train(
     device = resolve_device(config.device)
     dtype_name = Dtype(config.dtype).value
     dtype = getattr(torch, dtype_name)
-    activation = resolve_activation(config.activation.target)
+    activation = resolve_activation(config.activation.target, config.activation.params)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     run_dir.mkdir(parents=True, exist_ok=True)

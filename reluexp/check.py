@@ -1,0 +1,431 @@
+"""The Function lab: verify an activation against the built-in it imitates.
+
+    python -m reluexp.check activation=<name> [overrides...]
+
+Exit 0 when the gradients are right (convention differences, like the subgradient at 0, are
+reported), 1 with the failing check and the first offending input, 2 for a usage error.
+"""
+
+import copy
+import inspect
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from reluexp import train
+from reluexp.activations import Activation, as_activation, import_object
+from reluexp.cli import CONF_DIR
+from reluexp.config import Config, ConfigError, config_dict, validate
+from reluexp.sink import write_json_atomic
+
+# (rtol, atol) per dtype: about two units in the last place for the low-precision types.
+TOLERANCES = {
+    torch.float16: (2e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+# Inputs this close to 0 are pushed away from it, where ReLU-like Functions have their kink.
+KINK_MARGIN = 0.1
+
+
+@dataclass
+class Result:
+    check: str
+    # pass | fail | convention (differs from the reference only at a kink) | info | unsupported
+    status: str
+    detail: str = ""
+
+
+@dataclass
+class Subject:
+    """The activation under test, its reference, and a spied copy recording raw gradients."""
+
+    fn: Activation
+    reference: Activation
+    # The same activation, but a Function's backward output is recorded before autograd casts it.
+    spied_fn: Activation
+    raw_grads: list[Any] = field(default_factory=list)
+
+
+def spied(function_class: type[torch.autograd.Function], raw_grads: list[Any]) -> type:
+    """A subclass recording what backward returns, before autograd casts it to the input dtype."""
+
+    class Spy(function_class):
+        @staticmethod
+        def backward(ctx, *grad_outputs):
+            grads = function_class.backward(ctx, *grad_outputs)
+            raw_grads.append(grads[0] if isinstance(grads, tuple) else grads)
+            return grads
+
+    return Spy
+
+
+def make_subject(config: Config) -> Subject:
+    activation = config.activation
+    if activation.reference is None:
+        raise ConfigError(
+            f"activation.reference=None: {activation.name} needs a reference to check against"
+        )
+    raw_grads: list[Any] = []
+    target = import_object(activation.target)
+    spied_target = target
+    if inspect.isclass(target) and issubclass(target, torch.autograd.Function):
+        spied_target = spied(target, raw_grads)
+    return Subject(
+        fn=as_activation(target, activation.params, activation.target),
+        reference=as_activation(
+            import_object(activation.reference), activation.params, activation.reference
+        ),
+        spied_fn=as_activation(spied_target, activation.params, activation.target),
+        raw_grads=raw_grads,
+    )
+
+
+def forward_backward(
+    fn: Activation, x: torch.Tensor, grad_output: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """fn(x) and d(fn(x) . grad_output)/dx for a fresh leaf copy of x."""
+    # detach() keeps the caller's strides: a non-contiguous input stays non-contiguous.
+    leaf = x.detach().requires_grad_() if x.requires_grad else x
+    y = fn(leaf)
+    if not y.requires_grad:
+        return y.detach(), None
+    (grad,) = torch.autograd.grad(y, leaf, grad_output)
+    return y.detach(), grad
+
+
+def first_mismatch(
+    x: torch.Tensor, actual: torch.Tensor, expected: torch.Tensor
+) -> tuple[torch.Tensor, str] | None:
+    """The mask of mismatching elements and a line naming the first of them, or None."""
+    rtol, atol = TOLERANCES.get(expected.dtype, (0.0, 0.0))
+    wrong = ~torch.isclose(
+        actual.to(expected.dtype), expected, rtol=rtol, atol=atol, equal_nan=True
+    )
+    if not wrong.any():
+        return None
+    index = tuple(int(i) for i in wrong.nonzero()[0])
+    line = (
+        f"x{list(index)}={x[index].item()!r} ({x.dtype}): got {actual[index].item()!r}, "
+        f"reference {expected[index].item()!r}"
+    )
+    return wrong, line
+
+
+def compare(
+    name: str, subject: Subject, x: torch.Tensor, at_kink: torch.Tensor | None = None
+) -> Result:
+    """Forward and backward of the subject against the reference on x (one seeded grad_output)."""
+    grad_output = torch.randn(x.shape, generator=torch.Generator().manual_seed(0)).to(x)
+    subject.raw_grads.clear()
+    y, grad = forward_backward(subject.spied_fn, x, grad_output)
+    y_ref, grad_ref = forward_backward(subject.reference, x, grad_output)
+    if y.dtype != y_ref.dtype or y.shape != y_ref.shape or y.device != y_ref.device:
+        return Result(
+            name,
+            "fail",
+            f"forward returned {y.dtype} {tuple(y.shape)} on {y.device}, "
+            f"reference {y_ref.dtype} {tuple(y_ref.shape)} on {y_ref.device}",
+        )
+    if (mismatch := first_mismatch(x, y, y_ref)) is not None:
+        return Result(name, "fail", f"forward: {mismatch[1]}")
+    if (grad is None) != (grad_ref is None):
+        return Result(name, "fail", "output requires grad on one side only")
+    if grad is None:
+        return Result(name, "pass", "no grad requested, none produced")
+    raw = subject.raw_grads[-1] if subject.raw_grads else grad
+    if isinstance(raw, torch.Tensor) and (raw.dtype != x.dtype or raw.shape != x.shape):
+        return Result(
+            name,
+            "fail",
+            f"backward returned {raw.dtype} {tuple(raw.shape)} for a {x.dtype} "
+            f"{tuple(x.shape)} input (autograd would cast it silently)",
+        )
+    if (mismatch := first_mismatch(x, grad, grad_ref)) is not None:
+        wrong, line = mismatch
+        if at_kink is not None and not (wrong & ~at_kink).any():
+            return Result(name, "convention", f"backward differs only at x == 0: {line}")
+        return Result(name, "fail", f"backward: {line}")
+    return Result(name, "pass")
+
+
+def off_kinks(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """float64 normal samples with |x| >= KINK_MARGIN, so finite differences never straddle 0."""
+    x = torch.randn(shape, generator=generator, dtype=torch.float64)
+    return x + KINK_MARGIN * torch.where(x >= 0, 1.0, -1.0)
+
+
+def raised(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return f"raised {type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def guarded(name: str, check: Callable[[], Result]) -> Result:
+    """A Function that raises is a failed check with its message, not a traceback."""
+    try:
+        return check()
+    except Exception as error:
+        return Result(name, "fail", raised(error))
+
+
+def first_jacobian_offender(fn: Activation, x: torch.Tensor) -> str:
+    """Elementwise fn: the first x whose analytic derivative disagrees with finite differences."""
+    step = 1e-6
+    with torch.no_grad():
+        numeric = (fn(x + step) - fn(x - step)) / (2 * step)
+    (analytic,) = torch.autograd.grad(fn(x).sum(), x)
+    mismatch = first_mismatch(x.detach(), analytic, numeric)
+    return mismatch[1].replace("reference", "finite differences") if mismatch else "not elementwise"
+
+
+def gradient_checks(subject: Subject) -> list[Result]:
+    """gradcheck and gradgradcheck in float64, off the kink; fast mode for the larger input."""
+    generator = torch.Generator().manual_seed(0)
+    results = []
+    for shape, fast in [((4, 5), False), ((64, 100), True)]:
+        x = off_kinks(shape, generator).requires_grad_()
+        suffix = f" {tuple(shape)}" + (" fast" if fast else "")
+
+        def first_order(x=x, fast=fast, label="gradcheck" + suffix) -> Result:
+            if torch.autograd.gradcheck(subject.fn, (x,), fast_mode=fast, raise_exception=False):
+                return Result(label, "pass")
+            return Result(label, "fail", first_jacobian_offender(subject.fn, x))
+
+        def second_order(x=x, fast=fast, label="gradgradcheck" + suffix) -> Result:
+            torch.autograd.gradgradcheck(subject.fn, (x,), fast_mode=fast)
+            return Result(label, "pass")
+
+        results.append(guarded("gradcheck" + suffix, first_order))
+        result = guarded("gradgradcheck" + suffix, second_order)
+        if "does not require grad" in result.detail:
+            result = Result(result.check, "unsupported", "backward is not differentiable")
+        results.append(result)
+    return results
+
+
+def parity_checks(subject: Subject) -> list[Result]:
+    """Forward and backward against the reference on random inputs of several shapes."""
+    generator = torch.Generator().manual_seed(1)
+    results = []
+    for shape in [(17,), (64, 100), (2, 3, 50)]:
+        for dtype in (torch.float32, torch.float64):
+            x = torch.randn(shape, generator=generator, dtype=dtype).requires_grad_()
+            name = f"parity {tuple(shape)} {str(dtype).removeprefix('torch.')}"
+            results.append(guarded(name, lambda name=name, x=x: compare(name, subject, x)))
+    return results
+
+
+def edge_checks(subject: Subject) -> list[Result]:
+    """Exact zeros, non-finite values, empty and 0-dim tensors, strides, dtypes, devices."""
+    zeros = torch.tensor([0.0, -0.0, 1.5, -1.5]).requires_grad_()
+    cases: list[tuple[str, torch.Tensor, torch.Tensor | None]] = [
+        ("edge 0 and -0.0", zeros, zeros.detach() == 0),
+        (
+            "edge ±inf and NaN",
+            torch.tensor([math.inf, -math.inf, math.nan, 2.0]).requires_grad_(),
+            None,
+        ),
+        ("edge empty (0, 5)", torch.empty(0, 5).requires_grad_(), None),
+        ("edge 0-dim", torch.tensor(-0.7).requires_grad_(), None),
+        ("edge non-contiguous", torch.randn(20, 30).t().requires_grad_(), None),
+        ("edge input without grad", torch.randn(8), None),
+    ]
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = torch.randn(64, 100, dtype=dtype).requires_grad_()
+        cases.append((f"edge dtype {str(dtype).removeprefix('torch.')}", x, None))
+    if torch.cuda.is_available():
+        cases.append(
+            ("edge device cuda", torch.randn(64, 100, device="cuda").requires_grad_(), None)
+        )
+    return [
+        guarded(name, lambda n=name, x=x, k=k: compare(n, subject, x, k)) for name, x, k in cases
+    ]
+
+
+def saved_bytes(fn: Activation, x: torch.Tensor) -> tuple[float, float]:
+    """Bytes per input element that fn saves for backward: all, and beyond its own output.
+
+    The output is kept alive by the next layer's matmul anyway, so only the rest costs memory.
+    """
+    packed: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        y = fn(x.detach().requires_grad_())
+    output_storage = y.untyped_storage().data_ptr()
+    total = sum(t.nbytes for t in packed)
+    extra = sum(t.nbytes for t in packed if t.untyped_storage().data_ptr() != output_storage)
+    return total / x.numel(), extra / x.numel()
+
+
+def compatibility_checks(subject: Subject) -> list[Result]:
+    """torch.compile(fullgraph=True), torch.func.vmap and saved bytes: reported, never fatal."""
+    x = torch.randn(64, 100)
+    results = []
+
+    def compiled() -> Result:
+        torch._dynamo.reset()
+        # aot_eager traces forward and backward as inductor would, without compiling kernels.
+        fn = torch.compile(subject.fn, fullgraph=True, backend="aot_eager")
+        y, grad = forward_backward(fn, x.requires_grad_(), torch.ones_like(x))
+        y_ref, grad_ref = forward_backward(subject.fn, x, torch.ones_like(x))
+        same = torch.equal(y, y_ref) and torch.equal(grad, grad_ref)
+        return Result(
+            "torch.compile fullgraph", "pass" if same else "fail", "" if same else "values differ"
+        )
+
+    def vmapped() -> Result:
+        batched = torch.func.vmap(subject.fn)(x)
+        grads = torch.func.vmap(torch.func.grad(lambda row: subject.fn(row).sum()))(x)
+        _, grad_loop = forward_backward(subject.fn, x.requires_grad_(), torch.ones_like(x))
+        same = torch.equal(batched, subject.fn(x.detach())) and torch.equal(grads, grad_loop)
+        return Result(
+            "torch.func.vmap", "pass" if same else "fail", "" if same else "values differ"
+        )
+
+    for name, check in [("torch.compile fullgraph", compiled), ("torch.func.vmap", vmapped)]:
+        result = guarded(name, check)
+        if result.status == "fail" and result.detail.startswith("raised "):
+            result.status = "unsupported"
+        results.append(result)
+
+    total, extra = saved_bytes(subject.fn, x)
+    total_ref, extra_ref = saved_bytes(subject.reference, x)
+    verdict = "no more than" if extra <= extra_ref else "more than"
+    results.append(
+        Result(
+            "saved bytes per element",
+            "info",
+            f"{total:g} saved, {extra:g} beyond the output; reference {total_ref:g}, "
+            f"{extra_ref:g} beyond the output ({verdict} the reference)",
+        )
+    )
+    return results
+
+
+def training_parity(config: Config, check_dir: Path) -> tuple[Result, dict[str, Any]]:
+    """The reference experiment trained with the activation and with its reference, same seed."""
+    series = {}
+    for side, target in [
+        ("target", config.activation.target),
+        ("reference", config.activation.reference),
+    ]:
+        side_config = copy.deepcopy(config)
+        side_config.activation.target = target
+        side_config.log_every = 1
+        train.run(side_config, check_dir / f"train_{side}")
+        events = EventAccumulator(str(check_dir / f"train_{side}"), size_guidance={"scalars": 0})
+        events.Reload()
+        series[side] = {
+            tag: [e.value for e in events.Scalars(tag)]
+            for tag in ("loss/train", "activation/exact_zeros")
+        }
+    losses, ref_losses = series["target"]["loss/train"], series["reference"]["loss/train"]
+    zeros = series["target"]["activation/exact_zeros"]
+    parted = next((t for t, (a, b) in enumerate(zip(losses, ref_losses)) if a != b), None)
+    relative = [
+        abs(a - b) / abs(b) for a, b in zip(losses, ref_losses) if b != 0 and math.isfinite(a - b)
+    ]
+    report = {
+        "steps": len(losses),
+        "first_parting_step": parted,
+        "exact_zeros_before_parting": int(zeros[parted - 1]) if parted else None,
+        "steps_with_exact_zeros": sum(z > 0 for z in zeros),
+        "max_relative_difference": max(relative, default=0.0),
+        "final_loss": losses[-1] if losses else None,
+        "reference_final_loss": ref_losses[-1] if ref_losses else None,
+    }
+    if parted is None:
+        detail = f"identical loss series over {len(losses)} steps"
+        status = "pass"
+    elif parted and zeros[parted - 1] > 0:
+        status = "convention"
+        detail = (
+            f"parts at step {parted}, after {int(zeros[parted - 1])} exact-zero "
+            f"pre-activation(s) at step {parted - 1}; "
+            f"{report['steps_with_exact_zeros']} steps had exact zeros; "
+            f"max relative difference {report['max_relative_difference']:.3g}"
+        )
+    else:
+        status = "info"
+        detail = (
+            f"parts at step {parted} with no exact zero before it (rounding); "
+            f"max relative difference {report['max_relative_difference']:.3g}"
+        )
+    return Result("training parity", status, detail), report
+
+
+def print_table(results: list[Result]) -> None:
+    width = max(len(r.check) for r in results)
+    for r in results:
+        print(f"{r.check:<{width}}  {r.status.upper():<11}  {r.detail}")
+
+
+def check(config: Config, check_dir: Path) -> int:
+    """Run every check, print the table, write check.json; return the exit code."""
+    validate(config)
+    subject = make_subject(config)
+    results = gradient_checks(subject) + parity_checks(subject) + edge_checks(subject)
+    results += compatibility_checks(subject)
+    try:
+        training_result, training_report = training_parity(config, check_dir)
+    except Exception as error:
+        training_result = Result("training parity", "fail", raised(error))
+        training_report = {"error": training_result.detail}
+    results.append(training_result)
+    print_table(results)
+    failed = [r for r in results if r.status == "fail"]
+    write_json_atomic(
+        check_dir / "check.json",
+        {
+            "activation": config_dict(config)["activation"],
+            "passed": not failed,
+            "checks": [asdict(r) for r in results],
+            "training": training_report,
+        },
+    )
+    if failed:
+        print(f"FAILED {failed[0].check}: {failed[0].detail}", file=sys.stderr)
+        return 1
+    conventions = [r for r in results if r.status == "convention"]
+    summary = f"; {len(conventions)} convention difference(s)" if conventions else ""
+    print(
+        f"{config.activation.name}: gradients correct{summary}. Report: {check_dir / 'check.json'}"
+    )
+    return 0
+
+
+def compose_config(overrides: list[str]) -> tuple[Config, Path]:
+    """The same config tree and overrides as `python -m reluexp`; the run dir from hydra.run.dir."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    check_dir = Path(cfg.hydra.run.dir)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return OmegaConf.to_object(cfg), check_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    overrides = sys.argv[1:] if argv is None else argv
+    try:
+        config, check_dir = compose_config(overrides)
+        check_dir.mkdir(parents=True, exist_ok=True)
+        return check(config, check_dir)
+    except (ConfigError, HydraException, OmegaConfBaseException) as error:
+        message = str(error).split("\nConfig search path")[0]
+        cause = f" ({str(error.__cause__).splitlines()[0]})" if error.__cause__ else ""
+        print(f"reluexp.check: error: {message}{cause}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
