@@ -3,6 +3,7 @@
 from dataclasses import asdict
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
@@ -11,7 +12,8 @@ from reluexp.activations import resolve_activation
 from reluexp.cli import CONF_DIR, EXPERIMENTS_DIR
 from reluexp.config import Config, ConfigError, Dtype, validate
 
-ACTIVATIONS = sorted(p.stem for p in (CONF_DIR / "activation").glob("*.yaml"))
+# Every shipped activation; `custom` is the user's slot, tested on its own.
+ACTIVATIONS = sorted(p.stem for p in (CONF_DIR / "activation").glob("*.yaml") if p.stem != "custom")
 EXPERIMENTS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
 
 
@@ -43,6 +45,22 @@ def test_every_activation_composes_and_resolves(name):
     assert callable(resolve_activation(config.activation.target))
     if config.activation.reference is not None:
         assert callable(resolve_activation(config.activation.reference))
+
+
+def test_custom_activation_needs_a_target():
+    with pytest.raises(ConfigError, match="activation.target=None: required"):
+        validate(compose_config("activation=custom"))
+    config = compose_config("activation=custom", "activation.target=torch.tanh")
+    assert (
+        resolve_activation(config.activation.target) is not None
+        and config.activation.reference is None
+    )
+
+
+def test_activation_params_reach_the_callable():
+    config = compose_config("activation=leaky_relu", "activation.params.negative_slope=0.5")
+    fn = resolve_activation(config.activation.target, config.activation.params)
+    assert fn(torch.tensor([-2.0])).item() == -1.0
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
