@@ -1,15 +1,18 @@
 """The one place that writes a run's TensorBoard events and its summary.json."""
 
+import itertools
 import json
 import os
+import socket
+import struct
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
 # Scalars the HParams tab sorts runs by; written once, at the end of the run.
@@ -23,17 +26,55 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def masked_crc32c(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+class EventFile:
+    """A TensorBoard event file, written synchronously, a block of records per write.
+
+    Record format: length (u64), masked CRC32C of the length, data, masked CRC32C of the data.
+    TensorBoard's own writer checksums in pure Python (~30 us per event) on a thread that
+    contends for the GIL; a C CRC32C and one write per block make streaming every step cheap.
+    """
+
+    _counter = itertools.count()
+
+    def __init__(self, run_dir: Path):
+        name = (
+            f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
+            f"{os.getpid()}.{next(self._counter)}"
+        )
+        self._file = open(run_dir / name, "ab")  # noqa: SIM115 (closed by close())
+        self.write([Event(wall_time=time.time(), file_version="brain.Event:2")])
+
+    def write(self, events: Sequence[Event]) -> None:
+        records = []
+        for event in events:
+            data = event.SerializeToString()
+            header = struct.pack("<Q", len(data))
+            records += [header, struct.pack("<I", masked_crc32c(header))]
+            records += [data, struct.pack("<I", masked_crc32c(data))]
+        self._file.write(b"".join(records))
+        # Into the OS's hands at once: a killed process loses nothing already written.
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
 class Sink:
     """Streams one run's scalars into one TensorBoard run (the run dir) and keeps summary.json."""
 
     def __init__(self, run_dir: Path, summary: dict[str, Any], purge_step: int | None = None):
         self.run_dir = run_dir
         self.summary = dict(summary)
-        self._events = EventFileWriter(str(run_dir))
+        self._events = EventFile(run_dir)
         if purge_step is not None:
             # A resumed run: TensorBoard drops events at or after this step left by the lost part.
             start = SessionLog(status=SessionLog.START)
-            self._events.add_event(Event(wall_time=time.time(), step=purge_step, session_log=start))
+            self._events.write([Event(wall_time=time.time(), step=purge_step, session_log=start)])
         self.update(status="running")
 
     def update(self, **fields: Any) -> None:
@@ -49,11 +90,11 @@ class Sink:
         rows: Sequence[Sequence[float]],
     ) -> None:
         """One event per step holding that step's value for every tag."""
+        events = []
         for step, wall_time, row in zip(steps, times, rows):
             values = [Summary.Value(tag=tag, simple_value=v) for tag, v in zip(tags, row)]
-            self._events.add_event(
-                Event(wall_time=wall_time, step=step, summary=Summary(value=values))
-            )
+            events.append(Event(wall_time=wall_time, step=step, summary=Summary(value=values)))
+        self._events.write(events)
 
     def hparams_start(self, hparams: dict[str, Any]) -> None:
         """Declare the hparams in this run, not in a sub-run as SummaryWriter.add_hparams does."""
@@ -69,11 +110,7 @@ class Sink:
         self._write_summaries(session_end)
 
     def _write_summaries(self, *summaries: Summary) -> None:
-        for summary in summaries:
-            self._events.add_event(Event(wall_time=time.time(), step=0, summary=summary))
-
-    def flush(self) -> None:
-        self._events.flush()
+        self._events.write([Event(wall_time=time.time(), step=0, summary=s) for s in summaries])
 
     def close(self) -> None:
         self._events.close()

@@ -31,15 +31,11 @@ from reluexp.config import (
     validate,
 )
 from reluexp.data import make_data
+from reluexp.metrics import MetricStream
 from reluexp.model import forward, init_weights
 from reluexp.sink import Sink
 
 log = logging.getLogger("reluexp")
-
-# Metric rows wait on the device and reach the host in blocks: at most this many steps, ...
-FLUSH_ROWS = 256
-# ... or this many seconds, so a slow run still streams.
-FLUSH_SECONDS = 2.0
 
 
 def resolve_device(name: str) -> torch.device:
@@ -67,45 +63,6 @@ def resolve_device(name: str) -> torch.device:
     elif device.type != "cpu":
         raise ConfigError(f"device={name!r}: {allowed}")
     return device
-
-
-def metric_tags(num_weights: int) -> list[str]:
-    """Tags of one metric row, in the order step_metrics() fills it."""
-    names = [f"w{i}" for i in range(1, num_weights + 1)]
-    return [
-        "loss/train",
-        *(f"grad_norm/{n}" for n in names),
-        "grad_norm/total",
-        *(f"weight_norm/{n}" for n in names),
-        "activation/dead_fraction",
-        "activation/exact_zeros",
-    ]
-
-
-def step_metrics(
-    loss: torch.Tensor,
-    weights: list[torch.Tensor],
-    hidden: list[tuple[torch.Tensor, torch.Tensor]],
-) -> torch.Tensor:
-    """One row of metric_tags(), computed on the device without a host sync."""
-    grad_norms = torch._foreach_norm([w.grad for w in weights])
-    weight_norms = torch._foreach_norm(weights)
-    total_grad_norm = torch.linalg.vector_norm(torch.stack(grad_norms))
-    # A unit is dead when its activation is 0 for every example of the batch.
-    dead_units = sum((post == 0).all(dim=0).sum() for _, post in hidden)
-    num_units = sum(post.shape[1] for _, post in hidden)
-    # Pre-activations exactly 0.0 are where a ReLU's subgradient convention matters.
-    exact_zeros = sum((pre == 0).sum() for pre, _ in hidden)
-    return torch.stack(
-        [
-            loss.detach(),
-            *grad_norms,
-            total_grad_norm,
-            *weight_norms,
-            (dead_units / num_units).to(loss.dtype),
-            exact_zeros.to(loss.dtype),
-        ]
-    )
 
 
 def versions() -> dict[str, str | None]:
@@ -190,60 +147,6 @@ class StopSignals:
     def __exit__(self, *exc_info: Any) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
-
-
-class MetricStream:
-    """Metric rows buffered on the device, brought to the host in blocks and sent to the sink."""
-
-    def __init__(
-        self,
-        sink: Sink,
-        tags: list[str],
-        device: torch.device,
-        dtype: torch.dtype,
-        min_loss: float,
-        final_loss: float,
-        stop_on_divergence: bool,
-    ):
-        self.sink = sink
-        self.tags = tags
-        self.buffer = torch.empty(FLUSH_ROWS, len(tags), device=device, dtype=dtype)
-        self.steps: list[int] = []
-        self.times: list[float] = []
-        self.last_flush = time.perf_counter()
-        self.min_loss = min_loss
-        self.final_loss = final_loss
-        self.stop_on_divergence = stop_on_divergence
-        self.diverged_at: int | None = None
-
-    def record(self, step: int, row: torch.Tensor) -> None:
-        self.buffer[len(self.steps)] = row
-        self.steps.append(step)
-        self.times.append(time.time())
-        if len(self.steps) == FLUSH_ROWS or time.perf_counter() - self.last_flush > FLUSH_SECONDS:
-            self.flush()
-
-    def flush(self) -> None:
-        """One host sync per block; when stopping, rows after a diverging step are dropped."""
-        rows = self.buffer[: len(self.steps)].tolist()
-        for i, row in enumerate(rows):
-            if math.isfinite(row[0]):
-                self.min_loss = min(self.min_loss, row[0])
-            elif self.diverged_at is None:
-                self.diverged_at = self.steps[i]
-                if self.stop_on_divergence:
-                    del rows[i + 1 :]
-                    break
-        if rows:
-            self.final_loss = rows[-1][0]
-        self.sink.scalars(self.tags, self.steps, self.times, rows)
-        self.steps.clear()
-        self.times.clear()
-        self.last_flush = time.perf_counter()
-
-    @property
-    def stopped(self) -> bool:
-        return self.diverged_at is not None and self.stop_on_divergence
 
 
 def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
@@ -341,12 +244,10 @@ def _train(
     run_hparams = hparams(config, device)
     if checkpoint is None:
         sink.hparams_start(run_hparams)
-    tags = metric_tags(len(weights))
     stream = MetricStream(
         sink,
-        tags,
-        device,
-        dtype,
+        config.data.n,
+        hidden_sizes(config.model.hidden),
         min_loss=checkpoint["min_loss"] if checkpoint else math.inf,
         final_loss=checkpoint["final_loss"] if checkpoint else math.nan,
         stop_on_divergence=config.stop_on_divergence,
@@ -396,12 +297,14 @@ def _train(
                 loss.backward()
                 with torch.no_grad():
                     if step % config.log_every == 0 or step == config.steps - 1:
-                        stream.record(step, step_metrics(loss, weights, hidden))
+                        stream.record(step, loss, weights, hidden)
                     if optimizer is None:
-                        # Exactly the seed's update expression.
                         for w in weights:
+                            # Exactly the seed's update expression. Dropping the gradient instead
+                            # of the seed's zero_() spares a fill and an accumulate per weight;
+                            # the next backward then stores its gradient as is (same values).
                             w -= config.lr * w.grad
-                            w.grad.zero_()
+                            w.grad = None
                 if optimizer is not None:
                     optimizer.step()
                     optimizer.zero_grad()
