@@ -1,0 +1,118 @@
+"""What streaming every step costs: reluexp's loop against the article's bare loop.
+
+    python -m benchmarks.overhead [--repetitions 9] [--steps 1000] [--processes 7]
+
+In-process per-step time (same process, alternating), and whole-process wall time of
+`python -m reluexp device=cpu` against `python benchmarks/article.py`, both at the reference size.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import alternate, machine, summarize, write_section
+from reluexp import train
+from reluexp.config import Config
+from reluexp.functions import MyReLU
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def article_loop(steps: int) -> float:
+    """The article's loop (its zero_() included), timed per step."""
+    generator = torch.Generator("cpu").manual_seed(42)
+    x = torch.randn(64, 1000, generator=generator)
+    y = torch.randn(64, 10, generator=generator)
+    w1 = torch.randn(1000, 100, generator=generator, requires_grad=True)
+    w2 = torch.randn(100, 10, generator=generator, requires_grad=True)
+    start = time.perf_counter()
+    for t in range(steps):
+        loss = (MyReLU.apply(x.mm(w1)).mm(w2) - y).pow(2).sum()
+        if t % 100 == 99:
+            loss.item()
+        loss.backward()
+        with torch.no_grad():
+            w1 -= 1e-6 * w1.grad
+            w2 -= 1e-6 * w2.grad
+            w1.grad.zero_()
+            w2.grad.zero_()
+    return (time.perf_counter() - start) / steps
+
+
+def reluexp_loop(steps: int, log_every: int) -> float:
+    """train.run's loop time per step (summary.json's wall time covers the loop and flushes)."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        train.run(Config(device="cpu", steps=steps, log_every=log_every), Path(run_dir))
+        return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
+
+
+def process(*command: str) -> float:
+    with tempfile.TemporaryDirectory() as cwd:
+        start = time.perf_counter()
+        subprocess.run(command, cwd=cwd, check=True, capture_output=True)
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--processes", type=int, default=7)
+    args = parser.parse_args()
+
+    per_step = alternate(
+        {
+            "article loop": lambda: article_loop(args.steps),
+            "reluexp, every step streamed": lambda: reluexp_loop(args.steps, log_every=1),
+            "reluexp, stream off": lambda: reluexp_loop(args.steps, log_every=10**9),
+        },
+        args.repetitions,
+    )
+    whole = alternate(
+        {
+            "python benchmarks/article.py": lambda: process(
+                sys.executable, str(REPO_ROOT / "benchmarks" / "article.py")
+            ),
+            "python -m reluexp device=cpu": lambda: process(
+                sys.executable, "-m", "reluexp", "device=cpu"
+            ),
+        },
+        args.processes,
+    )
+    base = statistics.median(per_step["article loop"])
+    base_process = statistics.median(whole["python benchmarks/article.py"])
+    lines = [
+        "## Overhead of the per-step stream (reference size)",
+        "",
+        f"`python -m benchmarks.overhead`: {machine()}. Medians (min–max) over "
+        f"{args.repetitions} alternating repetitions of {args.steps} steps, and over "
+        f"{args.processes} alternating whole processes of 500 steps.",
+        "",
+        "| loop | µs per step | ratio to the article's loop |",
+        "| --- | --- | --- |",
+    ]
+    for name, samples in per_step.items():
+        lines.append(
+            f"| {name} | {summarize(samples, 1e6)} | {statistics.median(samples) / base:.3f} |"
+        )
+    lines += [
+        "",
+        "| whole process | seconds | ratio to the article's script |",
+        "| --- | --- | --- |",
+    ]
+    for name, samples in whole.items():
+        ratio = statistics.median(samples) / base_process
+        lines.append(f"| `{name}` | {summarize(samples)} | {ratio:.3f} |")
+    write_section("overhead", "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
