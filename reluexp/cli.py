@@ -1,6 +1,8 @@
 """The Hydra app: compose the typed config, find the run dir, call train.run()."""
 
 import copy
+import logging
+import math
 import os
 import sys
 from datetime import datetime
@@ -11,10 +13,14 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from reluexp import train
+from reluexp import report, train
 from reluexp.config import ConfigError, validate
+from reluexp.sink import record_failure
+
+log = logging.getLogger("reluexp")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO_ROOT / "conf"
@@ -62,8 +68,8 @@ def check_writable(key: str, directory: str) -> None:
         exit_with(ConfigError(f"{key}={directory}: cannot write there ({error.strerror})"))
 
 
-class Preflight(Callback):
-    """Checks that need no training, before Hydra creates a single directory."""
+class Lifecycle(Callback):
+    """Checks before Hydra creates a single directory; the summary after a sweep."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if config.resume is not None and not Path(config.resume, "summary.json").is_file():
@@ -82,17 +88,50 @@ class Preflight(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
 
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """The sweep's summary; failed jobs make the sweep exit non-zero, after all have run."""
+        sweep_dir = Path(config.hydra.sweep.dir)
+        jobs = report.write_report(sweep_dir)
+        failed = [job for job in jobs if job.summary.get("status") == "failed"]
+        log.info("Sweep summary: %s", sweep_dir / "summary.md")
+        if failed:
+            log.error(
+                "%d of %d jobs failed; see %s", len(failed), len(jobs), sweep_dir / "summary.md"
+            )
+            sys.exit(1)
+
+
+def threads_for(hydra_config: DictConfig) -> int | None:
+    """Parallel local jobs share the cores: each gets its slice, so none oversubscribes."""
+    launcher = hydra_config.launcher
+    if "joblib" not in str(launcher.get("_target_", "")):
+        return None
+    cores = os.cpu_count() or 1
+    n_jobs = launcher.n_jobs if launcher.n_jobs > 0 else cores
+    return max(1, cores // min(n_jobs, cores))
+
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float:
     config = OmegaConf.to_object(cfg)
     hydra_config = HydraConfig.get()
     run_dir = Path(hydra_config.runtime.output_dir)
+    overrides = hydra_config.overrides.task
+    if config.threads is None:
+        config.threads = threads_for(hydra_config)
     try:
         if config.resume is not None:
             return train.resume(run_dir)
-        return train.run(config, run_dir, overrides=hydra_config.overrides.task)
-    except ConfigError as error:
-        exit_with(error)
+        return train.run(config, run_dir, overrides=overrides)
     except train.Interrupted as interrupted:
         sys.exit(128 + interrupted.signum)
+    except Exception as error:
+        if hydra_config.mode != RunMode.MULTIRUN:
+            if isinstance(error, ConfigError):
+                exit_with(error)
+            raise
+        # In a sweep a failure is a result: record it, let the other jobs run.
+        if not (run_dir / "summary.json").is_file():
+            record_failure(run_dir, overrides, error)
+        log.error("job failed: %s: %s", type(error).__name__, error)
+        return math.nan

@@ -64,6 +64,18 @@ class EventFile:
         self._file.close()
 
 
+def record_failure(run_dir: Path, overrides: Sequence[str], error: BaseException) -> None:
+    """summary.json for a job that failed before its run could write one."""
+    write_json_atomic(
+        run_dir / "summary.json",
+        {
+            "status": "failed",
+            "error": f"{type(error).__name__}: {error}",
+            "overrides": list(overrides),
+        },
+    )
+
+
 class Sink:
     """Streams one run's scalars into one TensorBoard run (the run dir) and keeps summary.json."""
 

@@ -1,0 +1,170 @@
+"""Sweeps end to end: launchers, named studies, failures as results, and the sweep summary."""
+
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from reluexp import report
+from reluexp.cli import CONF_DIR
+from tests.helpers import run_cli
+from tests.test_config import EXPERIMENTS
+
+pytestmark = pytest.mark.slow
+
+# threads is part of a job's numbers (matmul splits its reduction by thread), so the
+# launcher comparison fixes it; joblib would otherwise give each job cores // n_jobs.
+GRID = ["activation=myrelu,relu", "seed=0,1", "steps=40", "device=cpu", "threads=1"]
+
+
+def sweep(tmp_path, *args, check=True):
+    result = run_cli("-m", *args, cwd=tmp_path, check=check)
+    (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
+    return sweep_dir, result
+
+
+def job_summaries(sweep_dir):
+    return {
+        p.name.split("_", 1)[1]: json.loads((p / "summary.json").read_text())
+        for p in sweep_dir.iterdir()
+        if (p / "summary.json").is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def basic_sweep(tmp_path_factory):
+    return sweep(tmp_path_factory.mktemp("basic"), *GRID)[0]
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_launchers_give_the_basic_launchers_numbers(tmp_path, basic_sweep, launcher):
+    sweep_dir, _ = sweep(tmp_path, f"hydra/launcher={launcher}", *GRID)
+    expected, got = job_summaries(basic_sweep), job_summaries(sweep_dir)
+    assert sorted(got) == sorted(expected) and len(got) == 4
+    for job, summary in got.items():
+        assert summary["status"] == "completed"
+        assert summary["final_loss"] == expected[job]["final_loss"], job
+        assert summary["min_loss"] == expected[job]["min_loss"], job
+    assert (sweep_dir / "summary.md").is_file() and (sweep_dir / "loss_curves.png").is_file()
+
+
+def test_joblib_splits_the_cores_between_jobs(tmp_path):
+    sweep_dir, _ = sweep(
+        tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1", "steps=5"
+    )
+    cores = os.cpu_count()
+    for summary in job_summaries(sweep_dir).values():
+        assert summary["threads"] == max(1, cores // 2)
+
+
+def test_summary_numbers_come_from_the_jobs(basic_sweep):
+    rows = {row["group"]: row for row in csv.DictReader((basic_sweep / "summary.csv").open())}
+    assert set(rows) == {
+        "activation=myrelu device=cpu steps=40 threads=1",
+        "activation=relu device=cpu steps=40 threads=1",
+    }
+    for activation in ("myrelu", "relu"):
+        finals = [
+            s["final_loss"]
+            for job, s in job_summaries(basic_sweep).items()
+            if f"activation={activation}," in job
+        ]
+        row = rows[f"activation={activation} device=cpu steps=40 threads=1"]
+        assert row["n"] == "2" and row["status"] == "completed: 2"
+        assert (
+            row["final loss"] == f"{statistics.mean(finals):.5g} ± {statistics.stdev(finals):.2g}"
+        )
+    assert (
+        "| activation=myrelu device=cpu steps=40 threads=1 | 2 |"
+        in (basic_sweep / "summary.md").read_text()
+    )
+
+
+def test_failures_are_results_and_the_sweep_exits_nonzero(tmp_path):
+    # One job trains, one diverges (lr=10), two raise (nonzero() breaks the second matmul).
+    sweep_dir, result = sweep(
+        tmp_path,
+        "activation=custom",
+        "activation.target=reluexp.functions.MyReLU,torch.Tensor.nonzero",
+        "lr=1e-6,10",
+        "steps=100",
+        "device=cpu",
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "2 of 4 jobs failed" in result.stdout + result.stderr
+    statuses = {job: s["status"] for job, s in job_summaries(sweep_dir).items()}
+    assert sorted(statuses.values()) == ["completed", "diverged", "failed", "failed"]
+    failed = [s for s in job_summaries(sweep_dir).values() if s["status"] == "failed"]
+    assert all(s["error"].startswith("RuntimeError: mat1 and mat2 shapes") for s in failed)
+    summary_md = (sweep_dir / "summary.md").read_text()
+    assert "completed: 1, diverged: 1, failed: 2" in summary_md
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in summary_md
+
+
+def test_diverging_sweep_exits_zero(tmp_path):
+    _, result = sweep(tmp_path, "lr=1e-6,10", "steps=60", "device=cpu")
+    assert result.returncode == 0
+
+
+def test_report_on_a_partial_sweep(basic_sweep, tmp_path):
+    partial = tmp_path / "partial"
+    subprocess.run(["cp", "-r", str(basic_sweep), str(partial)], check=True)
+    jobs = sorted(p for p in partial.iterdir() if (p / ".hydra").is_dir())
+    running = json.loads((jobs[0] / "summary.json").read_text())
+    running["status"] = "running"  # as a SIGKILLed job leaves it
+    (jobs[0] / "summary.json").write_text(json.dumps(running))
+    (jobs[1] / "summary.json").unlink()  # launched, never reached training
+    for name in ("summary.md", "summary.csv", "loss_curves.png"):
+        (partial / name).unlink()
+    result = subprocess.run(
+        [sys.executable, "-m", "reluexp.report", str(partial)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "4 jobs: completed: 2, not started: 1, running: 1" in result.stdout
+    assert (partial / "loss_curves.png").stat().st_size > 10_000
+    assert len(list(csv.DictReader((partial / "summary.csv").open()))) == 2
+
+
+def test_report_refuses_what_is_not_a_sweep(tmp_path, capsys):
+    assert report.main([str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert report.main([str(tmp_path)]) == 2
+    assert "no job directories" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_named_studies_run_as_their_readme_says(tmp_path, name):
+    extra = ["hydra.sweeper.n_trials=3"] if name == "lr_search" else []
+    sweep_dir, _ = sweep(tmp_path, f"experiment={name}", "steps=3", "device=cpu", *extra)
+    summaries = job_summaries(sweep_dir)
+    assert len(summaries) >= 3
+    assert all(
+        s["steps_done"] <= 3 and s["status"] in ("completed", "diverged")
+        for s in summaries.values()
+    )
+    assert (sweep_dir / "summary.md").is_file()
+
+
+def test_slurm_preset_composes():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+            return_hydra_config=True,
+        )
+    launcher = cfg.hydra.launcher
+    assert "SlurmLauncher" in launcher._target_
+    assert (
+        launcher.partition,
+        launcher.timeout_min,
+        launcher.gpus_per_node,
+        launcher.cpus_per_task,
+    ) == ("gpu", 60, 0, 2)
