@@ -1,6 +1,7 @@
 """The Hydra app: compose the typed config, find the run dir, call train.run()."""
 
 import copy
+import json
 import logging
 import math
 import os
@@ -12,6 +13,8 @@ from typing import Any
 import hydra
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -88,6 +91,21 @@ class Lifecycle(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
 
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        """In a sweep, one line per finished job: [3/12] activation=relu seed=1 completed ..."""
+        if HydraConfig.get().mode != RunMode.MULTIRUN or config.quiet:
+            return
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        summary_path = run_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        total = count_jobs(Path(config.hydra.sweep.dir) / "multirun.yaml")
+        print(
+            f"[{config.hydra.job.num + 1}/{total or '?'}] {' '.join(job_return.overrides)} "
+            f"{summary.get('status', 'failed')} loss={summary.get('final_loss', math.nan):.4g} "
+            f"in {summary.get('wall_time_s', math.nan):.1f} s",
+            file=sys.stderr,
+        )
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """The sweep's summary; failed jobs make the sweep exit non-zero, after all have run."""
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -101,6 +119,25 @@ class Lifecycle(Callback):
             sys.exit(1)
 
 
+def count_jobs(multirun_yaml: Path) -> int | None:
+    """How many jobs the sweep launches: Optuna's n_trials, or the size of the grid."""
+    if not multirun_yaml.is_file():
+        return None
+    hydra_config = OmegaConf.load(multirun_yaml).hydra
+    if "n_trials" in hydra_config.sweeper:
+        return hydra_config.sweeper.n_trials
+    # The preset's params, overridden key by key by the command line, as BasicSweeper does.
+    grid = {str(k): str(v) for k, v in (hydra_config.sweeper.get("params") or {}).items()}
+    for override in hydra_config.overrides.task:
+        key, _, value = override.partition("=")
+        grid[key] = value
+    total = 1
+    for parsed in OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in grid.items()]):
+        if parsed.is_sweep_override():
+            total *= len(list(parsed.sweep_string_iterator()))
+    return total
+
+
 def threads_for(hydra_config: DictConfig) -> int | None:
     """Parallel local jobs share the cores: each gets its slice, so none oversubscribes."""
     launcher = hydra_config.launcher
@@ -111,6 +148,16 @@ def threads_for(hydra_config: DictConfig) -> int | None:
     return max(1, cores // min(n_jobs, cores))
 
 
+def closing_line(run_dir: Path) -> str:
+    """The run's outcome in one line, with the command that opens its dashboard."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    run_dir = Path(os.path.relpath(run_dir)) if run_dir.is_relative_to(Path.cwd()) else run_dir
+    return (
+        f"reluexp: {summary['status']} after {summary['steps_done']} steps, final loss "
+        f"{summary['final_loss']!r}. Run dir: {run_dir}. Dashboard: tensorboard --logdir {run_dir}"
+    )
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float:
     config = OmegaConf.to_object(cfg)
@@ -119,10 +166,17 @@ def main(cfg: DictConfig) -> float:
     overrides = hydra_config.overrides.task
     if config.threads is None:
         config.threads = threads_for(hydra_config)
+    log.setLevel(
+        logging.DEBUG if config.verbose else logging.WARNING if config.quiet else logging.INFO
+    )
     try:
         if config.resume is not None:
-            return train.resume(run_dir)
-        return train.run(config, run_dir, overrides=overrides)
+            final_loss = train.resume(run_dir)
+        else:
+            final_loss = train.run(config, run_dir, overrides=overrides)
+        if hydra_config.mode != RunMode.MULTIRUN:
+            print(closing_line(run_dir), file=sys.stderr)
+        return final_loss
     except train.Interrupted as interrupted:
         sys.exit(128 + interrupted.signum)
     except Exception as error:

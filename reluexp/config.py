@@ -69,8 +69,12 @@ class Config:
     checkpoint_every: int = 0
     # A non-finite loss ends the run as `diverged`; false records the step and trains on.
     stop_on_divergence: bool = True
-    # A run directory to continue; its own config is used, so other overrides are refused.
+    # A run directory to continue, with its own config.
     resume: str | None = None
+    # quiet: no progress and no loss lines (warnings, errors and the closing line remain);
+    # verbose: debug lines too (flushes, checkpoints).
+    quiet: bool = False
+    verbose: bool = False
 
 
 def hidden_sizes(hidden: Any) -> list[int]:

@@ -1,11 +1,14 @@
 """Per-step metrics: a few ops on the device per step, brought to the host in blocks."""
 
+import logging
 import math
 import time
 
 import torch
 
 from reluexp.sink import Sink
+
+log = logging.getLogger("reluexp")
 
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
@@ -106,6 +109,7 @@ class MetricStream:
                     break
         if rows:
             self.final_loss = rows[-1][0]
+        log.debug("flushed %d metric rows up to step %d", len(rows), self.steps[-1])
         self.sink.scalars(self.tags, self.steps, self.times, rows)
         self.rows.clear()
         self.steps.clear()

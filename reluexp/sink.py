@@ -13,10 +13,20 @@ from typing import Any
 import google_crc32c
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
+from torch.utils.tensorboard.summary import custom_scalars
 from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
 # Scalars the HParams tab sorts runs by; written once, at the end of the run.
 HPARAM_METRICS = ("hparams/final_loss", "hparams/min_loss")
+# The Custom Scalars tab: every run's curve of a family on one chart.
+LAYOUT = {
+    "reluexp": {
+        "loss of every run": ["Multiline", ["loss/train"]],
+        "gradient norms": ["Multiline", [r"grad_norm/.*"]],
+        "weight norms": ["Multiline", [r"weight_norm/.*"]],
+        "activation counters": ["Multiline", [r"activation/.*"]],
+    }
+}
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
@@ -108,10 +118,10 @@ class Sink:
             events.append(Event(wall_time=wall_time, step=step, summary=Summary(value=values)))
         self._events.write(events)
 
-    def hparams_start(self, hparams: dict[str, Any]) -> None:
-        """Declare the hparams in this run, not in a sub-run as SummaryWriter.add_hparams does."""
+    def declare(self, hparams: dict[str, Any]) -> None:
+        """The hparams (in this run, not a sub-run as add_hparams makes) and the chart layout."""
         experiment, session_start, _ = hparams_summaries(hparams, dict.fromkeys(HPARAM_METRICS))
-        self._write_summaries(experiment, session_start)
+        self._write_summaries(experiment, session_start, custom_scalars(LAYOUT))
 
     def hparams_end(
         self, hparams: dict[str, Any], step: int, final_loss: float, min_loss: float

@@ -33,6 +33,7 @@ from reluexp.config import (
 from reluexp.data import make_data
 from reluexp.metrics import MetricStream
 from reluexp.model import forward, init_weights
+from reluexp.progress import Progress
 from reluexp.sink import Sink
 
 log = logging.getLogger("reluexp")
@@ -243,7 +244,7 @@ def _train(
     sink = Sink(run_dir, summary, purge_step=start_step if checkpoint is not None else None)
     run_hparams = hparams(config, device)
     if checkpoint is None:
-        sink.hparams_start(run_hparams)
+        sink.declare(run_hparams)
     stream = MetricStream(
         sink,
         config.data.n,
@@ -252,12 +253,14 @@ def _train(
         final_loss=checkpoint["final_loss"] if checkpoint else math.nan,
         stop_on_divergence=config.stop_on_divergence,
     )
+    progress = Progress(config.steps, start_step, lambda: stream.final_loss, not config.quiet)
     previous_wall_time = checkpoint["wall_time_s"] if checkpoint else 0.0
     start = time.perf_counter()
     step = start_step
 
     def save(step: int) -> None:
         stream.flush()  # so the checkpoint's min/final loss cover every step before it
+        log.debug("checkpoint at step %d", step)
         save_checkpoint(
             run_dir,
             {
@@ -309,10 +312,13 @@ def _train(
                     optimizer.step()
                     optimizer.zero_grad()
                 step += 1
+                progress.update(step)
                 if config.checkpoint_every and step % config.checkpoint_every == 0:
                     save(step)
             stream.flush()
+            progress.close()
         except Exception as error:
+            progress.close()
             finish("failed", error=f"{type(error).__name__}: {error}")
             raise
         if stream.stopped:
