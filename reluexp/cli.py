@@ -98,7 +98,7 @@ class Lifecycle(Callback):
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         summary_path = run_dir / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        total = count_jobs(Path(config.hydra.sweep.dir) / "multirun.yaml")
+        total = count_jobs(config)
         print(
             f"[{config.hydra.job.num + 1}/{total or '?'}] {' '.join(job_return.overrides)} "
             f"{summary.get('status', 'failed')} loss={summary.get('final_loss', math.nan):.4g} "
@@ -119,13 +119,15 @@ class Lifecycle(Callback):
             sys.exit(1)
 
 
-def count_jobs(multirun_yaml: Path) -> int | None:
+def count_jobs(job_config: DictConfig) -> int | None:
     """How many jobs the sweep launches: Optuna's n_trials, or the size of the grid."""
+    if "n_trials" in job_config.hydra.sweeper:
+        return job_config.hydra.sweeper.n_trials
+    # The grid's own overrides: a job's config holds only its point of the grid.
+    multirun_yaml = Path(job_config.hydra.sweep.dir) / "multirun.yaml"
     if not multirun_yaml.is_file():
         return None
     hydra_config = OmegaConf.load(multirun_yaml).hydra
-    if "n_trials" in hydra_config.sweeper:
-        return hydra_config.sweeper.n_trials
     # The preset's params, overridden key by key by the command line, as BasicSweeper does.
     grid = {str(k): str(v) for k, v in (hydra_config.sweeper.get("params") or {}).items()}
     for override in hydra_config.overrides.task:

@@ -72,7 +72,7 @@ def group_jobs(jobs: list[Job]) -> list[Group]:
     groups: dict[str, Group] = {}
     for job in jobs:
         groups.setdefault(job.group, Group(job.group)).jobs.append(job)
-    return list(groups.values())
+    return sorted(groups.values(), key=lambda group: group.label)
 
 
 def mean_std(values: list[float]) -> str:

@@ -277,15 +277,18 @@ def _train(
         )
 
     def finish(status: str, **fields: Any) -> None:
-        wall_time = previous_wall_time + time.perf_counter() - start
+        segment_time = time.perf_counter() - start
+        wall_time = previous_wall_time + segment_time
+        # Steps this process ran, past a divergence too (until a flush saw it).
+        executed_steps = step - start_step
         sink.update(
             status=status,
             ended_at=now(),
-            steps_done=step,
+            steps_done=stream.diverged_at + 1 if stream.stopped else step,
             final_loss=stream.final_loss,
             min_loss=stream.min_loss if math.isfinite(stream.min_loss) else math.nan,
             wall_time_s=wall_time,
-            steps_per_s=step / wall_time if wall_time > 0 else None,
+            steps_per_s=(executed_steps / segment_time) if segment_time > 0 else None,
             **fields,
         )
         sink.close()
@@ -321,12 +324,9 @@ def _train(
             progress.close()
             finish("failed", error=f"{type(error).__name__}: {error}")
             raise
-        if stream.stopped:
-            step = stream.diverged_at + 1
-        elif stop.signum is None:
+        if not stream.stopped:
             save(step)
-        else:
-            save(step)
+        if stop.signum is not None:
             finish("interrupted", signal=signal.Signals(stop.signum).name)
             log.warning(
                 "interrupted by %s at step %d; checkpoint written",
@@ -335,7 +335,8 @@ def _train(
             )
             raise Interrupted(stop.signum)
     status = "completed" if stream.diverged_at is None else "diverged"
-    sink.hparams_end(run_hparams, max(step - 1, 0), stream.final_loss, stream.min_loss)
+    last_step = stream.diverged_at if stream.stopped else step - 1
+    sink.hparams_end(run_hparams, max(last_step, 0), stream.final_loss, stream.min_loss)
     finish(status, diverged_at_step=stream.diverged_at)
     if stream.diverged_at is not None:
         log.warning("diverged: non-finite loss at step %d", stream.diverged_at)

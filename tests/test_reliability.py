@@ -48,7 +48,7 @@ BAD_INPUTS = [
     (["dtype=float16"], "Invalid value 'float16', expected one of [float32, float64]"),
     (["lr=fast"], "Value 'fast' of type 'str' could not be converted to Float"),
     (["stepz=3"], "Key 'stepz' not in 'Config'"),
-    (["activation=nope"], "Available options in 'activation':\n\tcustom\n\tleaky_relu"),
+    (["activation=nope"], "Available options in 'activation':\n\tbuiltin_leaky_relu"),
 ]
 
 
