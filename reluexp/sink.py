@@ -20,12 +20,16 @@ from torch.utils.tensorboard.summary import hparams as hparams_summaries
 HPARAM_METRICS = ("hparams/final_loss", "hparams/min_loss")
 # The Custom Scalars tab: every run's curve of a family on one chart.
 LAYOUT = {
-    "reluexp": {
-        "loss of every run": ["Multiline", ["loss/train"]],
-        "gradient norms": ["Multiline", [r"grad_norm/.*"]],
-        "weight norms": ["Multiline", [r"weight_norm/.*"]],
-        "activation counters": ["Multiline", [r"activation/.*"]],
-    }
+    "loss": {"loss of every run": ["Multiline", ["loss/train"]]},
+    "gradients": {
+        "total gradient norm": ["Multiline", ["grad_norm/total"]],
+        "gradient norm per weight": ["Multiline", [r"grad_norm/w\d+"]],
+    },
+    "weights": {"weight norm per weight": ["Multiline", [r"weight_norm/.*"]]},
+    "activation counters": {
+        "pre-activations exactly 0": ["Multiline", ["activation/exact_zeros"]],
+        "dead fraction of hidden units": ["Multiline", ["activation/dead_fraction"]],
+    },
 }
 
 

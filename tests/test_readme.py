@@ -1,0 +1,64 @@
+"""Docs that run: every reluexp command in the README's bash blocks works as written."""
+
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+README = (REPO_ROOT / "README.md").read_text()
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def commands() -> list[str]:
+    """reluexp commands of the bash blocks (set-up and tensorboard lines are tested elsewhere)."""
+    found = []
+    for block in blocks("bash"):
+        for line in block.splitlines():
+            command = line.split("  #")[0].strip()
+            if command.startswith(("python -m reluexp", "reluexp ")) and "<" not in command:
+                found.append(command)
+    return list(dict.fromkeys(found))
+
+
+def shrunk(command: str) -> list[str]:
+    """The command with tiny step counts, so the whole README runs in a minute."""
+    argv = [arg for arg in shlex.split(command) if not arg.startswith("steps=")]
+    argv[0:1] = [sys.executable] if argv[0] == "python" else [sys.executable, "-m", "reluexp"]
+    if "--help" in argv:
+        return argv
+    argv.append("steps=20" if argv[2] == "reluexp.check" else "steps=3")
+    if "experiment=lr_search" in argv:
+        argv.append("hydra.sweeper.n_trials=2")
+    return argv
+
+
+def test_the_readme_has_commands_to_run():
+    assert len(commands()) >= 8
+    assert "python -m reluexp" in commands()
+
+
+@pytest.mark.parametrize("command", commands())
+def test_readme_command_works_as_written(tmp_path, command):
+    worked_example = "my_relu.MyReLU" in command
+    if worked_example:
+        # The README's worked example: its Function, with the bug it plants.
+        (source,) = [b for b in blocks("python") if "class MyReLU" in b]
+        (tmp_path / "my_relu.py").write_text(source)
+    result = subprocess.run(
+        shrunk(command), cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    if worked_example:
+        assert result.returncode == 1
+        failure = re.search(r"FAILED gradcheck \(4, 5\): x\[0, 3\]=[0-9.]+", result.stderr).group(0)
+        assert failure in README.replace("\n", " ")
+    else:
+        assert result.returncode == 0, result.stderr[-2000:]
