@@ -13,7 +13,10 @@ CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
-    """torch.save to a temp file, then rename: a reader sees the old checkpoint or the new one."""
+    """torch.save to a temp file, then rename: a reader sees the old checkpoint or the new one.
+
+    Device tensors are saved as they are (torch.save copies them to the host) and loaded on the CPU.
+    """
     path = run_dir / CHECKPOINT_NAME
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(payload, tmp)

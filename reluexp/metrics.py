@@ -47,6 +47,7 @@ class MetricStream:
         min_loss: float = math.inf,
         final_loss: float = math.nan,
         stop_on_divergence: bool = True,
+        print_every: int = 100,
     ):
         self.sink = sink
         self.batch = batch
@@ -60,6 +61,7 @@ class MetricStream:
         self.min_loss = min_loss
         self.final_loss = final_loss
         self.stop_on_divergence = stop_on_divergence
+        self.print_every = print_every
         self.diverged_at: int | None = None
 
     def record(
@@ -107,6 +109,10 @@ class MetricStream:
                 if self.stop_on_divergence:
                     del rows[i + 1 :]
                     break
+        for step, row in zip(self.steps, rows):
+            if step % self.print_every == self.print_every - 1:
+                # The article's line (step, repr of the loss), from the flushed value: no .item().
+                log.info("%d %r", step, row[0])
         if rows:
             self.final_loss = rows[-1][0]
         log.debug("flushed %d metric rows up to step %d", len(rows), self.steps[-1])

@@ -252,6 +252,7 @@ def _train(
         min_loss=checkpoint["min_loss"] if checkpoint else math.inf,
         final_loss=checkpoint["final_loss"] if checkpoint else math.nan,
         stop_on_divergence=config.stop_on_divergence,
+        print_every=config.print_every,
     )
     progress = Progress(config.steps, start_step, lambda: stream.final_loss, not config.quiet)
     previous_wall_time = checkpoint["wall_time_s"] if checkpoint else 0.0
@@ -265,7 +266,7 @@ def _train(
             run_dir,
             {
                 "step": step,
-                "weights": [w.detach().cpu() for w in weights],
+                "weights": [w.detach() for w in weights],
                 "optimizer": optimizer.state_dict() if optimizer is not None else {},
                 "rng_cpu": torch.get_rng_state(),
                 "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -298,11 +299,14 @@ def _train(
             while step < config.steps and not stream.stopped and stop.signum is None:
                 y_pred, hidden = forward(x, weights, activation)
                 loss = (y_pred - y).pow(2).sum()
-                if step % config.print_every == config.print_every - 1:
-                    log.info("%d %r", step, loss.item())
                 loss.backward()
                 with torch.no_grad():
-                    if step % config.log_every == 0 or step == config.steps - 1:
+                    # Print steps are recorded too: their lines come from the flushed rows.
+                    if (
+                        step % config.log_every == 0
+                        or step % config.print_every == config.print_every - 1
+                        or step == config.steps - 1
+                    ):
                         stream.record(step, loss, weights, hidden)
                     if optimizer is None:
                         for w in weights:
