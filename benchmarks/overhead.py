@@ -86,6 +86,18 @@ def main() -> None:
         },
         args.processes,
     )
+
+    def at_threads(threads: int) -> float:
+        default = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return article_loop(args.steps)
+        finally:
+            torch.set_num_threads(default)
+
+    by_threads = alternate(
+        {f"{n} thread{'s' * (n > 1)}": lambda n=n: at_threads(n) for n in (1, 2)}, args.repetitions
+    )
     base = statistics.median(per_step["article loop"])
     base_process = statistics.median(whole["python benchmarks/article.py"])
     lines = [
@@ -110,6 +122,18 @@ def main() -> None:
     for name, samples in whole.items():
         ratio = statistics.median(samples) / base_process
         lines.append(f"| `{name}` | {summarize(samples)} | {ratio:.3f} |")
+    lines += [
+        "",
+        "Threads: the article's loop at 1 and 2 torch threads (same process, alternating).",
+        "",
+        "| threads | µs per step | ratio to 1 thread |",
+        "| --- | --- | --- |",
+    ]
+    one = statistics.median(by_threads["1 thread"])
+    for name, samples in by_threads.items():
+        lines.append(
+            f"| {name} | {summarize(samples, 1e6)} | {statistics.median(samples) / one:.3f} |"
+        )
     write_section("overhead", "\n".join(lines))
     print("\n".join(lines))
 

@@ -1,0 +1,152 @@
+"""Per-step time and saved-activation memory of every shipped activation, and the matmul limit.
+
+    python -m benchmarks.activations [--repetitions 5]
+
+At the reference size (N=64, D_in=1000, H=100) and a large one (N=4096, D_in=1024, H=4096):
+a bare training step (forward, backward, the article's update) per activation, alternating,
+medians; the bytes the step's graph keeps for backward (unique storages, via saved-tensor
+hooks); and the large step's GFLOP/s against a large torch.mm measured in the same run.
+"""
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from benchmarks.common import alternate, machine, summarize, write_section
+from reluexp.activations import resolve_activation
+from reluexp.model import forward, init_weights
+
+CONF = Path(__file__).resolve().parent.parent / "conf" / "activation"
+SIZES = {"reference": (64, 1000, 100, 10), "large": (4096, 1024, 4096, 10)}
+
+
+def shipped() -> dict[str, object]:
+    activations = {}
+    for path in sorted(CONF.glob("*.yaml")):
+        entry = OmegaConf.load(path)
+        if entry.target is not None:
+            activations[entry.name] = resolve_activation(entry.target, entry.get("params") or {})
+    return activations
+
+
+def setup(size: tuple[int, int, int, int]):
+    n, d_in, h, d_out = size
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(n, d_in, generator=generator), torch.randn(n, d_out, generator=generator)
+    weights = [w.requires_grad_() for w in init_weights([d_in, h, d_out], generator)]
+    return x, y, weights
+
+
+def step_time(activation, size, steps: int) -> float:
+    x, y, weights = setup(size)
+    start = time.perf_counter()
+    for _ in range(steps):
+        y_pred, _ = forward(x, weights, activation)
+        loss = (y_pred - y).pow(2).sum()
+        loss.backward()
+        with torch.no_grad():
+            for w in weights:
+                w -= 1e-9 * w.grad
+                w.grad = None
+    return (time.perf_counter() - start) / steps
+
+
+def saved_bytes(activation, size) -> int:
+    """Bytes of distinct storages the step's graph saves for backward."""
+    x, y, weights = setup(size)
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y_pred, _ = forward(x, weights, activation)
+        (y_pred - y).pow(2).sum()
+    return sum(storages.values())
+
+
+def step_flops(size) -> float:
+    n, d_in, h, d_out = size
+    # forward x@w1 and h@w2; backward dW1 = x^T dH, dW2 = h^T dY, dH = dY W2^T
+    return 2 * n * d_in * h * 2 + 2 * n * h * d_out * 3
+
+
+def matmul_gflops(n: int = 4096, repetitions: int = 3) -> list[float]:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a.mm(b)
+    times = []
+    for _ in range(repetitions):
+        start = time.perf_counter()
+        a.mm(b)
+        times.append(time.perf_counter() - start)
+    return [2 * n**3 / t / 1e9 for t in times]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=int, default=5)
+    args = parser.parse_args()
+    activations = shipped()
+    lines = [
+        "## Activations: step time and saved memory, and the matmul limit",
+        "",
+        f"`python -m benchmarks.activations`: {machine()}. Bare training step (forward, "
+        f"backward, update), medians (min–max) over {args.repetitions} alternating repetitions; "
+        "ratios against `relu` (`torch.relu`) measured in the same run. Saved: bytes of the "
+        "distinct storages the step's graph keeps for backward.",
+    ]
+    for label, size, steps in [
+        ("reference", SIZES["reference"], 200),
+        ("large", SIZES["large"], 2),
+    ]:
+        samples = alternate(
+            {
+                name: (lambda a=a, size=size, steps=steps: step_time(a, size, steps))
+                for name, a in activations.items()
+            },
+            args.repetitions,
+        )
+        base = statistics.median(samples["relu"])
+        base_saved = saved_bytes(activations["relu"], size)
+        n, d_in, h, d_out = size
+        lines += [
+            "",
+            f"### {label}: N={n}, D_in={d_in}, H={h}, D_out={d_out} ({steps} steps per repetition)",
+            "",
+            "| activation | ms per step | ratio to relu | saved MiB | extra saved vs relu |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for name, times in samples.items():
+            saved = saved_bytes(activations[name], size)
+            extra = saved - base_saved
+            extra_text = (
+                "0"
+                if extra == 0
+                else f"{extra / 2**20:+.2f} MiB ({extra / (n * h):+.0f} B per N×H element)"
+            )
+            lines.append(
+                f"| {name} | {summarize(times, 1e3)} | {statistics.median(times) / base:.3f} "
+                f"| {saved / 2**20:.2f} | {extra_text} |"
+            )
+        if label == "large":
+            peak = matmul_gflops()
+            achieved = step_flops(size) / base / 1e9
+            lines += [
+                "",
+                f"Limit: the large `relu` step does {step_flops(size) / 1e9:.1f} GFLOP in "
+                f"{base * 1e3:.0f} ms = {achieved:.0f} GFLOP/s; a 4096² `torch.mm` in the same "
+                f"run reaches {statistics.median(peak):.0f} GFLOP/s "
+                f"(min–max {min(peak):.0f}–{max(peak):.0f}): the step runs at "
+                f"{achieved / statistics.median(peak):.0%} of the measured matmul peak.",
+            ]
+    write_section("activations", "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
