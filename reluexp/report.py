@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 
 @dataclass
 class Job:
@@ -113,6 +111,9 @@ def markdown(rows: list[dict[str, str]]) -> str:
 
 
 def loss_series(run_dir: Path) -> dict[int, float]:
+    # Imported here: the reader costs a quarter second at start-up, and only a sweep's end needs it.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     # The event reader logs every file it reaches at INFO; a sweep's log has no use for that.
     logging.getLogger("tensorboard").setLevel(logging.WARNING)
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
