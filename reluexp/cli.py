@@ -75,8 +75,24 @@ class Lifecycle(Callback):
     """Checks before Hydra creates a single directory; the summary after a sweep."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.resume is not None and not Path(config.resume, "summary.json").is_file():
-            exit_with(ConfigError(f"resume={config.resume}: not a run directory (no summary.json)"))
+        if config.resume is not None:
+            if not Path(config.resume, "summary.json").is_file():
+                exit_with(
+                    ConfigError(f"resume={config.resume}: not a run directory (no summary.json)")
+                )
+            # A resumed run keeps its own config; silently ignoring a changed value would mislead.
+            changed = [
+                o
+                for o in config.hydra.overrides.task
+                if not o.startswith(("resume=", "quiet=", "verbose="))
+            ]
+            if changed:
+                exit_with(
+                    ConfigError(
+                        f"resume={config.resume}: a resumed run keeps its own config; "
+                        f"drop {' '.join(changed)}"
+                    )
+                )
         task_config = copy.deepcopy(config)
         with read_write(task_config), open_dict(task_config):
             del task_config["hydra"]

@@ -168,7 +168,12 @@ def resume(run_dir: Path) -> float:
     summary_path = run_dir / "summary.json"
     if not summary_path.is_file():
         raise ConfigError(f"resume={run_dir}: not a run directory (no summary.json)")
-    summary = json.loads(summary_path.read_text())
+    try:
+        summary = json.loads(summary_path.read_text())
+    except json.JSONDecodeError:
+        raise ConfigError(f"resume={run_dir}: summary.json is not valid JSON") from None
+    if "config" not in summary:
+        raise ConfigError(f"resume={run_dir}: the run failed before it started; nothing to resume")
     if summary["status"] in ("completed", "diverged"):
         log.info(
             "%s already %s at step %d; nothing to resume",

@@ -44,6 +44,10 @@ BAD_INPUTS = [
     ),
     (["hydra.run.dir=/proc/reluexp"], "reluexp: error: hydra.run.dir=/proc/reluexp: cannot write"),
     (["resume=/nonexistent"], "reluexp: error: resume=/nonexistent: not a run directory"),
+    (
+        ["resume=done", "lr=1"],
+        "reluexp: error: resume=done: a resumed run keeps its own config; drop lr=1",
+    ),
     # Type and key errors come from Hydra's composition, also without a traceback.
     (["dtype=float16"], "Invalid value 'float16', expected one of [float32, float64]"),
     (["lr=fast"], "Value 'fast' of type 'str' could not be converted to Float"),
@@ -57,6 +61,8 @@ def test_bad_inputs_exit_nonzero_with_a_message_and_no_traceback(tmp_path):
     if torch.cuda.is_available() or torch.backends.mps.is_available():
         pytest.skip("the device cases assume a CPU-only machine")
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "summary.json").write_text('{"status": "completed"}')
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "reluexp", *args],
