@@ -24,7 +24,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from reluexp import train
 from reluexp.activations import Activation, as_activation, import_object
-from reluexp.cli import CONF_DIR
+from reluexp.cli import CONF_DIR, one_line
 from reluexp.config import Config, ConfigError, config_dict, validate
 from reluexp.sink import write_json_atomic
 
@@ -436,9 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         check_dir.mkdir(parents=True, exist_ok=True)
         return check(config, check_dir)
     except (ConfigError, HydraException, OmegaConfBaseException) as error:
-        message = str(error).split("\nConfig search path")[0]
-        cause = f" ({str(error.__cause__).splitlines()[0]})" if error.__cause__ else ""
-        print(f"reluexp.check: error: {message}{cause}", file=sys.stderr)
+        print(f"reluexp.check: error: {one_line(error)}", file=sys.stderr)
         return 2
 
 

@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -15,9 +16,11 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
 
 from reluexp import report, train
 from reluexp.config import ConfigError, validate
@@ -176,8 +179,38 @@ def closing_line(run_dir: Path) -> str:
     )
 
 
+def one_line(error: BaseException) -> str:
+    """Hydra's and OmegaConf's multi-line composition errors, as one line."""
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else type(error).__name__
+    cause = str(error.__cause__).strip() if error.__cause__ is not None else ""
+    if cause:
+        line = f"{line.rstrip('.')}: {cause.splitlines()[0]}"
+    # A missing group option comes with the available ones, one per tab-indented line.
+    options = re.findall(r"^\t(\S+)$", text, flags=re.M)
+    if options:
+        line += f"; available: {', '.join(options)}"
+    return line
+
+
+def main() -> None:
+    """The console script and `python -m reluexp`: a composition error is one line, exit 2."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        task()  # the user asked for Hydra's full trace
+        return
+    # Hydra then raises composition errors to us instead of printing them over several lines.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        task()
+    except (HydraException, OmegaConfBaseException) as error:
+        print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        del os.environ["HYDRA_FULL_ERROR"]
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def main(cfg: DictConfig) -> float:
+def task(cfg: DictConfig) -> float:
     config = OmegaConf.to_object(cfg)
     hydra_config = HydraConfig.get()
     run_dir = Path(hydra_config.runtime.output_dir)

@@ -71,6 +71,8 @@ class Config:
     stop_on_divergence: bool = True
     # A run directory to continue, with its own config.
     resume: str | None = None
+    # torch.compile the forward and loss (and so their backward); numbers then differ slightly.
+    compile: bool = False
     # quiet: no progress and no loss lines (warnings, errors and the closing line remain);
     # verbose: debug lines too (flushes, checkpoints).
     quiet: bool = False

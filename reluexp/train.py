@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 import reluexp
-from reluexp.activations import resolve_activation
+from reluexp.activations import Activation, resolve_activation
 from reluexp.checkpoint import load_checkpoint, save_checkpoint
 from reluexp.config import (
     Config,
@@ -197,6 +197,14 @@ def resume(run_dir: Path) -> float:
     return _train(config, run_dir, summary, checkpoint)
 
 
+def squared_error(
+    x: torch.Tensor, y: torch.Tensor, weights: list[torch.Tensor], activation: Activation
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The article's loss, sum((y_pred - y)^2), and the hidden layers the metrics read."""
+    y_pred, hidden = forward(x, weights, activation)
+    return (y_pred - y).pow(2).sum(), hidden
+
+
 def layer_sizes(config: Config) -> list[int]:
     return [config.data.d_in, *hidden_sizes(config.model.hidden), config.data.d_out]
 
@@ -230,6 +238,8 @@ def _train(
     x, y = x.to(device, dtype), y.to(device, dtype)
     weights = [w.to(device, dtype).requires_grad_() for w in weights]
     optimizer = make_optimizer(config, weights)
+    # compile=true: forward and loss, and through AOTAutograd their backward, as compiled kernels.
+    compute_loss = torch.compile(squared_error) if config.compile else squared_error
     start_step = 0
     if checkpoint is not None:
         start_step = checkpoint["step"]
@@ -302,8 +312,7 @@ def _train(
     with StopSignals() as stop:
         try:
             while step < config.steps and not stream.stopped and stop.signum is None:
-                y_pred, hidden = forward(x, weights, activation)
-                loss = (y_pred - y).pow(2).sum()
+                loss, hidden = compute_loss(x, y, weights, activation)
                 loss.backward()
                 with torch.no_grad():
                     # Print steps are recorded too: their lines come from the flushed rows.
