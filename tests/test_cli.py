@@ -2,6 +2,8 @@
 
 import contextlib
 import json
+import logging
+import shutil
 import socket
 import subprocess
 import sys
@@ -10,6 +12,8 @@ import urllib.request
 
 import pytest
 
+from reluexp import progress, train
+from reluexp.config import Config
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow
@@ -113,3 +117,36 @@ def test_tensorboard_shows_one_run_per_job(sweep_dir):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_console_script_is_the_module(tmp_path):
+    script = shutil.which("reluexp")
+    if script is None:
+        pytest.skip("the reluexp console script is not installed")
+    help_text = subprocess.run(
+        [script, "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    module_help = run_cli("--help", cwd=tmp_path).stdout
+    assert help_text == module_help
+    assert "activation: builtin_leaky_relu, builtin_silu, custom, leaky_relu" in help_text
+    assert "experiment: custom_vs_builtin, lr_search, lr_sweep, width_depth" in help_text
+
+
+def test_a_run_ends_with_one_closing_line(tmp_path):
+    result = run_cli("steps=3", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("reluexp: completed after 3 steps, final loss ")
+    assert last.endswith("Run dir: run. Dashboard: tensorboard --logdir run")
+
+
+def test_progress_logs_plain_lines_when_not_a_terminal(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="reluexp"):
+        train.run(Config(device="cpu", steps=5), tmp_path)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")]
+    assert lines and lines[-1].startswith("progress: step 5/5 loss ")
+    assert "steps/s ETA 0:00" in lines[-1]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="reluexp"):
+        train.run(Config(device="cpu", steps=5, quiet=True), tmp_path / "quiet")
+    assert not [r for r in caplog.records if r.getMessage().startswith("progress:")]
