@@ -108,6 +108,7 @@ def hparams(config: Config, device: torch.device) -> dict[str, Any]:
         "seed": config.seed,
         "device": str(device),
         "dtype": Dtype(config.dtype).value,
+        "optimizer": Optimizer(config.optimizer).value,
     }
 
 
