@@ -258,9 +258,8 @@ def _train(
         versions=versions(),
     )
     sink = Sink(run_dir, summary, purge_step=start_step if checkpoint is not None else None)
-    run_hparams = hparams(config, device)
     if checkpoint is None:
-        sink.declare(run_hparams)
+        sink.declare(hparams(config, device))
     stream = MetricStream(
         sink,
         config.data.n,
@@ -355,7 +354,7 @@ def _train(
             raise Interrupted(stop.signum)
     status = "completed" if stream.diverged_at is None else "diverged"
     last_step = stream.diverged_at if stream.stopped else step - 1
-    sink.hparams_end(run_hparams, max(last_step, 0), stream.final_loss, stream.min_loss)
+    sink.hparams_end(max(last_step, 0), stream.final_loss, stream.min_loss)
     finish(status, diverged_at_step=stream.diverged_at)
     if stream.diverged_at is not None:
         log.warning("diverged: non-finite loss at step %d", stream.diverged_at)

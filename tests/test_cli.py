@@ -73,6 +73,14 @@ def get_json(url: str):
         return json.load(response)
 
 
+def post_json(url: str, payload: dict):
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
 def test_tensorboard_shows_one_run_per_job(sweep_dir):
     port = free_port()
     server = subprocess.Popen(
@@ -114,6 +122,27 @@ def test_tensorboard_shows_one_run_per_job(sweep_dir):
                 "activation/dead_fraction",
                 "activation/exact_zeros",
             } <= set(tags[run])
+        # The HParams tab: one session per job, sortable by the final loss each job reported.
+        request = {
+            "experimentName": "",
+            "allowedStatuses": ["STATUS_SUCCESS", "STATUS_UNKNOWN"],
+            "colParams": [{"metric": {"tag": "hparams/final_loss"}, "order": "ORDER_ASC"}],
+            "startIndex": 0,
+            "sliceSize": 10,
+        }
+        groups = post_json(f"{base}/data/plugin/hparams/session_groups", request)["sessionGroups"]
+        finals = [
+            next(m["value"] for m in g["metricValues"] if m["name"]["tag"] == "hparams/final_loss")
+            for g in groups
+        ]
+        expected_finals = sorted(
+            json.loads((p / "summary.json").read_text())["final_loss"]
+            for p in sweep_dir.iterdir()
+            if p.is_dir()
+        )
+        assert finals == pytest.approx(expected_finals, rel=1e-6)
+        layout = get_json(f"{base}/data/plugin/custom_scalars/layout")
+        assert [c["title"] for c in layout["category"]][0] == "loss"
     finally:
         server.terminate()
         server.wait(timeout=30)
