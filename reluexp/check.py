@@ -18,15 +18,13 @@ from typing import Any
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from reluexp import train
 from reluexp.activations import Activation, as_activation, import_object
-from reluexp.cli import CONF_DIR, one_line
+from reluexp.cli import CONF_DIR, one_line, task_config
 from reluexp.config import Config, ConfigError, config_dict, validate
-from reluexp.sink import write_json_atomic
+from reluexp.sink import read_scalars, write_json_atomic
 
 # (rtol, atol) per dtype: about two units in the last place for the low-precision types.
 TOLERANCES = {
@@ -338,12 +336,10 @@ def training_parity(config: Config, check_dir: Path) -> tuple[Result, dict[str, 
         side_config.activation.target = target
         side_config.log_every = 1
         train.run(side_config, check_dir / f"train_{side}")
-        events = EventAccumulator(str(check_dir / f"train_{side}"), size_guidance={"scalars": 0})
-        events.Reload()
-        series[side] = {
-            tag: [e.value for e in events.Scalars(tag)]
-            for tag in ("loss/train", "activation/exact_zeros")
-        }
+        scalars = read_scalars(
+            check_dir / f"train_{side}", ["loss/train", "activation/exact_zeros"]
+        )
+        series[side] = {tag: list(values.values()) for tag, values in scalars.items()}
     losses, ref_losses = series["target"]["loss/train"], series["reference"]["loss/train"]
     zeros = series["target"]["activation/exact_zeros"]
     parted = next((t for t, (a, b) in enumerate(zip(losses, ref_losses)) if a != b), None)
@@ -423,10 +419,7 @@ def compose_config(overrides: list[str]) -> tuple[Config, Path]:
     """The same config tree and overrides as `python -m reluexp`; the run dir from hydra.run.dir."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    check_dir = Path(cfg.hydra.run.dir)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return OmegaConf.to_object(cfg), check_dir
+    return task_config(cfg), Path(cfg.hydra.run.dir)
 
 
 def main(argv: list[str] | None = None) -> int:

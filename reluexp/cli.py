@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from reluexp import report, train
-from reluexp.config import ConfigError, validate
+from reluexp.config import Config, ConfigError, validate
 from reluexp.sink import record_failure
 
 log = logging.getLogger("reluexp")
@@ -55,6 +55,14 @@ for preset in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
     ConfigStore.instance().store(
         group="experiment", name=preset.stem, node=OmegaConf.load(preset), package="_global_"
     )
+
+
+def task_config(cfg: DictConfig) -> Config:
+    """The typed task config: the composed config without its `hydra` node."""
+    cfg = copy.deepcopy(cfg)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    return OmegaConf.to_object(cfg)
 
 
 def exit_with(error: ConfigError) -> None:
@@ -96,13 +104,10 @@ class Lifecycle(Callback):
                         f"drop {' '.join(changed)}"
                     )
                 )
-        task_config = copy.deepcopy(config)
-        with read_write(task_config), open_dict(task_config):
-            del task_config["hydra"]
         try:
-            task_config = OmegaConf.to_object(task_config)
-            validate(task_config)
-            train.resolve_device(task_config.device)
+            typed = task_config(config)
+            validate(typed)
+            train.resolve_device(typed.device)
         except ConfigError as error:
             exit_with(error)
         check_writable("hydra.run.dir", config.hydra.run.dir)

@@ -9,7 +9,6 @@ summary.md and loss_curves.png into it.
 import csv
 import io
 import json
-import logging
 import math
 import statistics
 import sys
@@ -17,6 +16,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
+
+from reluexp.sink import read_scalars
 
 
 @dataclass
@@ -53,15 +56,7 @@ def find_jobs(sweep_dir: Path) -> list[Job]:
         summary = json.loads(path.read_text()) if path.is_file() else {"status": "not started"}
         if "overrides" not in summary:
             overrides = run_dir / ".hydra" / "overrides.yaml"
-            summary["overrides"] = (
-                [
-                    line.removeprefix("- ").strip()
-                    for line in overrides.read_text().splitlines()
-                    if line.startswith("- ")
-                ]
-                if overrides.is_file()
-                else []
-            )
+            summary["overrides"] = list(OmegaConf.load(overrides)) if overrides.is_file() else []
         jobs.append(Job(run_dir, summary))
     return jobs
 
@@ -110,19 +105,6 @@ def markdown(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def loss_series(run_dir: Path) -> dict[int, float]:
-    # Imported here: the reader costs a quarter second at start-up, and only a sweep's end needs it.
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    # The event reader logs every file it reaches at INFO; a sweep's log has no use for that.
-    logging.getLogger("tensorboard").setLevel(logging.WARNING)
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    if "loss/train" not in events.Tags()["scalars"]:
-        return {}
-    return {e.step: e.value for e in events.Scalars("loss/train")}
-
-
 def plot(groups: list[Group], path: Path) -> None:
     """Mean loss per group over steps, with a min–max band across seeds, log-scale y."""
     import matplotlib
@@ -134,7 +116,7 @@ def plot(groups: list[Group], path: Path) -> None:
     for group in groups:
         by_step: dict[int, list[float]] = defaultdict(list)
         for job in group.jobs:
-            for step, value in loss_series(job.run_dir).items():
+            for step, value in read_scalars(job.run_dir, ["loss/train"])["loss/train"].items():
                 if math.isfinite(value) and value > 0:
                     by_step[step].append(value)
         if not by_step:

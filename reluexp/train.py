@@ -1,5 +1,6 @@
 """The training loop: seed-exact reference experiment, every step's metrics streamed to the sink."""
 
+import functools
 import json
 import logging
 import math
@@ -66,6 +67,7 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+@functools.cache
 def versions() -> dict[str, str | None]:
     """Versions that decide a run's numbers, for summary.json."""
 
