@@ -7,6 +7,7 @@ import os
 import socket
 import struct
 import time
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,53 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def varint(n: int) -> bytes:
+    """Protobuf's base-128 encoding of a non-negative integer."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class ScalarEvents:
+    """Serialized Events holding one row of scalars each, encoded directly.
+
+    They parse to Event(wall_time, step, summary=Summary(value=[Summary.Value(tag, simple_value),
+    ...])) (tested), at a fraction of the cost of building those messages per step, since
+    everything but the step, the time and the values is the same for every row.
+    """
+
+    def __init__(self, tags: Sequence[str]):
+        self.prefixes = []
+        for tag in tags:
+            name = tag.encode()
+            # Summary.Value: tag (field 1, bytes), then simple_value (field 2, float32) ...
+            value = b"\x0a" + varint(len(name)) + name + b"\x15"
+            # ... as one Summary.value (field 1, message): the 4 float bytes follow the prefix.
+            self.prefixes.append(b"\x0a" + varint(len(value) + 4) + value)
+
+    def encode(self, step: int, wall_time: float, row: Sequence[float]) -> bytes:
+        # float32 as protobuf converts it: out-of-range values become ±inf.
+        floats = array("f", row).tobytes()
+        summary = b"".join(
+            prefix + floats[4 * i : 4 * i + 4] for i, prefix in enumerate(self.prefixes)
+        )
+        # Event: wall_time (field 1, double), step (field 2, varint), summary (field 5, message).
+        return b"".join(
+            (
+                b"\x09",
+                struct.pack("<d", wall_time),
+                b"\x10",
+                varint(step),
+                b"\x2a",
+                varint(len(summary)),
+                summary,
+            )
+        )
+
+
 class EventFile:
     """A TensorBoard event file, written synchronously, a block of records per write.
 
@@ -106,9 +154,11 @@ class EventFile:
         self.write([Event(wall_time=time.time(), file_version="brain.Event:2")])
 
     def write(self, events: Sequence[Event]) -> None:
+        self.write_serialized([event.SerializeToString() for event in events])
+
+    def write_serialized(self, serialized_events: Sequence[bytes]) -> None:
         records = []
-        for event in events:
-            data = event.SerializeToString()
+        for data in serialized_events:
             header = struct.pack("<Q", len(data))
             records += [header, struct.pack("<I", masked_crc32c(header))]
             records += [data, struct.pack("<I", masked_crc32c(data))]
@@ -155,6 +205,7 @@ class Sink:
         self.run_dir = run_dir
         self.summary = dict(summary)
         self._events = EventFile(run_dir)
+        self._encoders: dict[tuple[str, ...], ScalarEvents] = {}
         if purge_step is not None:
             # A resumed run: TensorBoard drops events at or after this step left by the lost part.
             start = SessionLog(status=SessionLog.START)
@@ -174,11 +225,8 @@ class Sink:
         rows: Sequence[Sequence[float]],
     ) -> None:
         """One event per step holding that step's value for every tag."""
-        events = []
-        for step, wall_time, row in zip(steps, times, rows):
-            values = [Summary.Value(tag=tag, simple_value=v) for tag, v in zip(tags, row)]
-            events.append(Event(wall_time=wall_time, step=step, summary=Summary(value=values)))
-        self._events.write(events)
+        encoder = self._encoders.setdefault(tuple(tags), ScalarEvents(tags))
+        self._events.write_serialized([encoder.encode(*event) for event in zip(steps, times, rows)])
 
     def declare(self, hparams: dict[str, Any]) -> None:
         """The hparams (in this run, not a sub-run as add_hparams makes) and the chart layout."""
