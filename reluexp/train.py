@@ -266,6 +266,8 @@ def _train(
         sink,
         config.data.n,
         hidden_sizes(config.model.hidden),
+        dtype,
+        device,
         min_loss=checkpoint["min_loss"] if checkpoint else math.inf,
         final_loss=checkpoint["final_loss"] if checkpoint else math.nan,
         stop_on_divergence=config.stop_on_divergence,
@@ -316,24 +318,27 @@ def _train(
             while step < config.steps and not stream.stopped and stop.signum is None:
                 loss, hidden = compute_loss(x, y, weights, activation)
                 loss.backward()
+                # Print steps are recorded too: their lines come from the flushed rows.
+                recording = (
+                    step % config.log_every == 0
+                    or step % config.print_every == config.print_every - 1
+                    or step == config.steps - 1
+                )
                 with torch.no_grad():
-                    # Print steps are recorded too: their lines come from the flushed rows.
-                    if (
-                        step % config.log_every == 0
-                        or step % config.print_every == config.print_every - 1
-                        or step == config.steps - 1
-                    ):
-                        stream.record(step, loss, weights, hidden)
+                    if recording:
+                        stream.record_gradients(loss, [w.grad for w in weights], hidden)
                     if optimizer is None:
                         for w in weights:
-                            # Exactly the seed's update expression. Dropping the gradient instead
-                            # of the seed's zero_() spares a fill and an accumulate per weight;
-                            # the next backward then stores its gradient as is (same values).
-                            w -= config.lr * w.grad
+                            # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in
+                            # the gradient, which is then dropped instead of zeroed: the same
+                            # values, without a temporary, a fill and an accumulate per weight.
+                            w -= w.grad.mul_(config.lr)
                             w.grad = None
-                if optimizer is not None:
-                    optimizer.step()
-                    optimizer.zero_grad()
+                    else:
+                        optimizer.step()
+                        optimizer.zero_grad()
+                    if recording:
+                        stream.record_weights(step, weights)
                 step += 1
                 progress.update(step)
                 if config.checkpoint_every and step % config.checkpoint_every == 0:

@@ -27,7 +27,8 @@ class SeedRelu(torch.autograd.Function):
 
 
 def seed_loop(relu=SeedRelu.apply, steps=500, seed=42, lr=1e-6):
-    """The article's script, step for step; per step: loss, grad norms, exact zeros, dead units."""
+    """The article's script, step for step; per step: loss, grad norms, the updated weight's
+    norm, exact zeros, dead units."""
     generator = torch.Generator("cpu").manual_seed(seed)
     N, D_in, H, D_out = 64, 1000, 100, 10
     x = torch.randn(N, D_in, generator=generator)
@@ -45,7 +46,6 @@ def seed_loop(relu=SeedRelu.apply, steps=500, seed=42, lr=1e-6):
                 "loss": loss.item(),
                 "grad_w1": w1.grad.norm().item(),
                 "grad_w2": w2.grad.norm().item(),
-                "weight_w1": w1.detach().norm().item(),
                 "exact_zeros": int((pre == 0).sum()),
                 "dead_fraction": float((post == 0).all(dim=0).float().mean()),
             }
@@ -55,6 +55,7 @@ def seed_loop(relu=SeedRelu.apply, steps=500, seed=42, lr=1e-6):
             w2 -= lr * w2.grad
             w1.grad.zero_()
             w2.grad.zero_()
+        records[-1]["weight_w1"] = w1.detach().norm().item()
     return records
 
 
