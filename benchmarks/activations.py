@@ -1,11 +1,12 @@
-"""Per-step time and saved-activation memory of every shipped activation, and the matmul limit.
+"""Per-step time and saved-activation memory of every shipped activation.
 
     python -m benchmarks.activations [--repetitions 5]
 
 At the reference size (N=64, D_in=1000, H=100) and a large one (N=4096, D_in=1024, H=4096):
 a bare training step (forward, backward, the article's update) per activation, alternating,
-medians; the bytes the step's graph keeps for backward (unique storages, via saved-tensor
-hooks); and the large step's GFLOP/s against a large torch.mm measured in the same run.
+medians; and the bytes the step's graph keeps for backward (unique storages, via saved-tensor
+hooks). Malloc as in reluexp's CPU runs (train.keep_freed_memory); the matmul limit is
+benchmarks/limit.py.
 """
 
 import argparse
@@ -17,6 +18,7 @@ import torch
 from omegaconf import OmegaConf
 
 from benchmarks.common import alternate, machine, summarize, write_section
+from reluexp import train
 from reluexp.activations import resolve_activation
 from reluexp.model import forward, init_weights
 
@@ -70,30 +72,14 @@ def saved_bytes(activation, size) -> int:
     return sum(storages.values())
 
 
-def step_flops(size) -> float:
-    n, d_in, h, d_out = size
-    # forward x@w1 and h@w2; backward dW1 = x^T dH, dW2 = h^T dY, dH = dY W2^T
-    return 2 * n * d_in * h * 2 + 2 * n * h * d_out * 3
-
-
-def matmul_gflops(n: int = 4096, repetitions: int = 3) -> list[float]:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a.mm(b)
-    times = []
-    for _ in range(repetitions):
-        start = time.perf_counter()
-        a.mm(b)
-        times.append(time.perf_counter() - start)
-    return [2 * n**3 / t / 1e9 for t in times]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=5)
     args = parser.parse_args()
+    train.keep_freed_memory()
     activations = shipped()
     lines = [
-        "## Activations: step time and saved memory, and the matmul limit",
+        "## Activations: step time and saved memory",
         "",
         f"`python -m benchmarks.activations`: {machine()}. Bare training step (forward, "
         f"backward, update), medians (min–max) over {args.repetitions} alternating repetitions; "
@@ -133,17 +119,6 @@ def main() -> None:
                 f"| {name} | {summarize(times, 1e3)} | {statistics.median(times) / base:.3f} "
                 f"| {saved / 2**20:.2f} | {extra_text} |"
             )
-        if label == "large":
-            peak = matmul_gflops()
-            achieved = step_flops(size) / base / 1e9
-            lines += [
-                "",
-                f"Limit: the large `relu` step does {step_flops(size) / 1e9:.1f} GFLOP in "
-                f"{base * 1e3:.0f} ms = {achieved:.0f} GFLOP/s; a 4096² `torch.mm` in the same "
-                f"run reaches {statistics.median(peak):.0f} GFLOP/s "
-                f"(min–max {min(peak):.0f}–{max(peak):.0f}): the step runs at "
-                f"{achieved / statistics.median(peak):.0%} of the measured matmul peak.",
-            ]
     write_section("activations", "\n".join(lines))
     print("\n".join(lines))
 

@@ -2,6 +2,8 @@
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -165,3 +167,28 @@ def test_compile_keeps_the_reference_numbers_within_float_rounding(tmp_path):
     eager = [r["loss"] for r in seed_loop(steps=steps)]
     # Fused kernels may sum in another order: the losses agree to float32 rounding, not bits.
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-5, atol=0)
+
+
+PAGE_FAULTS_OF_A_REALLOCATION = """
+import resource, sys, torch
+from reluexp import train
+if sys.argv[1] == "keep":
+    train.keep_freed_memory()
+for _ in range(4):  # 64 MiB, touched, freed; a few times, till reuse settles
+    torch.ones(2**24).sum()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+torch.ones(2**24).sum()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc")
+def test_keep_freed_memory_reuses_a_large_block_without_page_faults():
+    def faults(mode):
+        command = [sys.executable, "-c", PAGE_FAULTS_OF_A_REALLOCATION, mode]
+        return int(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+
+    pages = 2**26 // 4096
+    # glibc's default maps a fresh block: every page faults again.
+    assert faults("default") > pages / 2
+    assert faults("keep") < pages / 50
