@@ -1,5 +1,6 @@
 """Per-step metrics: a few ops on the device per step, brought to the host in blocks."""
 
+import itertools
 import logging
 import math
 import time
@@ -42,15 +43,19 @@ def squared_norm(tensor: torch.Tensor, out: torch.Tensor) -> None:
 class MetricStream:
     """Records every logged step's metrics on the device; streams them to the sink in blocks.
 
-    A device row is [loss, squared grad norms, squared weight norms] in the run's dtype and
-    [nonzero pre-activations, units alive] per layer as int64, written in place into two
-    preallocated blocks through views made once: a step allocates nothing and keeps nothing
-    alive, and a flush reads each block with one copy. Square roots, the total norm, the dead
-    fraction and the exact zeros are derived on the host at flush time.
+    A step writes its row in place into three preallocated device blocks, through views made
+    once (at the reference size an op costs more in dispatch than in arithmetic, so a step
+    runs as few as it can, allocates nothing and keeps nothing alive):
+    - `scalars` (float64, exact for both): the loss and each layer's nonzero pre-activations;
+    - `norms` (the run's dtype): squared gradient and weight norms, one BLAS dot each;
+    - `unit_peaks` (the run's dtype): each hidden unit's largest |activation| over the batch.
+    A flush counts the live units of the whole block at once and reads each block with one
+    copy; square roots, the total norm, the dead fraction and the exact zeros are derived on
+    the host.
 
-    A row is written in two calls: `record_gradients` before the update (the gradients are
-    dropped by it) and `record_weights` after it, where the update has just left the weights
-    in cache; the weight norms are those of the weights the step produced.
+    A row is written in two calls: `record_gradients` before the update (the manual update
+    consumes the gradients) and `record_weights` after it, where the update has just left the
+    weights in cache; the weight norms are those of the weights the step produced.
     """
 
     def __init__(
@@ -58,8 +63,7 @@ class MetricStream:
         sink: Sink,
         batch: int,
         widths: list[int],
-        dtype: torch.dtype,
-        device: torch.device,
+        weights: list[torch.Tensor],
         min_loss: float = math.inf,
         final_loss: float = math.nan,
         stop_on_divergence: bool = True,
@@ -68,13 +72,21 @@ class MetricStream:
         self.sink = sink
         self.batch = batch
         self.widths = widths
-        self.num_weights = len(widths) + 1
+        self.num_weights = len(weights)
         self.tags = metric_tags(self.num_weights)
-        self.values = torch.zeros(FLUSH_ROWS, 1 + 2 * self.num_weights, dtype=dtype, device=device)
-        self.counts = torch.zeros(FLUSH_ROWS, 2 * len(widths), dtype=torch.int64, device=device)
-        # Indexing costs a dispatch per call; the views are made once.
-        self.value_cells = [list(row) for row in self.values]
-        self.count_rows = list(self.counts)
+        like = {"dtype": weights[0].dtype, "device": weights[0].device}
+        self.scalars = torch.zeros(
+            FLUSH_ROWS, 1 + len(widths), dtype=torch.float64, device=like["device"]
+        )
+        self.norms = torch.zeros(FLUSH_ROWS, 2 * self.num_weights, **like)
+        self.unit_peaks = torch.zeros(FLUSH_ROWS, sum(widths), **like)
+        self.scalar_cells = [list(row) for row in self.scalars]
+        self.norm_cells = [list(row) for row in self.norms]
+        bounds = [0, *itertools.accumulate(widths)]
+        self.layer_columns = list(zip(bounds, bounds[1:]))
+        self.peak_cells = [[row[a:b] for a, b in self.layer_columns] for row in self.unit_peaks]
+        # Flat views share the weights' storage: they see every in-place update.
+        self.flat_weights = [w.detach().view(-1) for w in weights]
         self.steps: list[int] = []
         self.times: list[float] = []
         self.last_flush = time.perf_counter()
@@ -90,39 +102,39 @@ class MetricStream:
         grads: list[torch.Tensor],
         hidden: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> None:
-        """The next row's loss, squared gradient norms and counters; call before the update."""
+        """The next row's loss, counters and squared gradient norms; call before the update."""
         row = len(self.steps)
-        cells = self.value_cells[row]
-        cells[0].copy_(loss)
-        for cell, grad in zip(cells[1:], grads):
+        # 0-dim copies: a third of the time of one mixed-dtype stack.
+        loss_cell, *nonzero_cells = self.scalar_cells[row]
+        loss_cell.copy_(loss)
+        for cell, (pre, _) in zip(nonzero_cells, hidden):
+            cell.copy_(torch.count_nonzero(pre))
+        # A unit is alive when some example of the batch gives it a nonzero activation.
+        for cell, (_, post) in zip(self.peak_cells[row], hidden):
+            torch.amax(post.abs(), dim=0, out=cell)
+        for cell, grad in zip(self.norm_cells[row], grads):
             squared_norm(grad, cell)
-        nonzero_pre = [torch.count_nonzero(pre) for pre, _ in hidden]
-        # A unit is alive when some example of the batch gives it a nonzero activation
-        # (abs + amax: a third of the time of the boolean any()).
-        alive_units = [torch.count_nonzero(post.abs().amax(dim=0)) for _, post in hidden]
-        torch.stack(nonzero_pre + alive_units, out=self.count_rows[row])
 
-    def record_weights(self, step: int, weights: list[torch.Tensor]) -> None:
+    def record_weights(self, step: int) -> None:
         """Complete the row with the updated weights' squared norms; flush when full or old."""
-        cells = self.value_cells[len(self.steps)]
-        for cell, weight in zip(cells[1 + self.num_weights :], weights):
-            squared_norm(weight, cell)
+        cells = self.norm_cells[len(self.steps)][self.num_weights :]
+        for cell, flat in zip(cells, self.flat_weights):
+            torch.dot(flat, flat, out=cell)
         self.steps.append(step)
         self.times.append(time.time())
         if len(self.steps) == FLUSH_ROWS or time.perf_counter() - self.last_flush > FLUSH_SECONDS:
             self.flush()
 
-    def host_row(self, values: list[float], counts: list[int]) -> list[float]:
+    def host_row(self, scalars: list[float], norms: list[float], alive: list[int]) -> list[float]:
         """A device row as the values of metric_tags()."""
-        k, layers = self.num_weights, len(self.widths)
-        loss = values[0]
-        grad_norms = [math.sqrt(v) for v in values[1 : 1 + k]]
-        weight_norms = [math.sqrt(v) for v in values[1 + k :]]
-        nonzero_pre, alive_units = counts[:layers], counts[layers:]
+        k = self.num_weights
+        loss, nonzero_pre = scalars[0], scalars[1:]
+        grad_norms = [math.sqrt(v) for v in norms[:k]]
+        weight_norms = [math.sqrt(v) for v in norms[k:]]
         # Pre-activations exactly 0.0 are where a ReLU's subgradient convention matters.
-        exact_zeros = sum(self.batch * h - nz for h, nz in zip(self.widths, nonzero_pre))
-        dead_fraction = 1 - sum(alive_units) / sum(self.widths)
-        total_grad_norm = math.sqrt(sum(values[1 : 1 + k]))
+        exact_zeros = sum(self.batch * h - int(nz) for h, nz in zip(self.widths, nonzero_pre))
+        dead_fraction = 1 - sum(alive) / sum(self.widths)
+        total_grad_norm = math.sqrt(sum(norms[:k]))
         return [loss, *grad_norms, total_grad_norm, *weight_norms, dead_fraction, exact_zeros]
 
     def flush(self) -> None:
@@ -130,9 +142,13 @@ class MetricStream:
         if not self.steps:
             return
         n = len(self.steps)
+        peaks = self.unit_peaks[:n]
+        alive = torch.stack(
+            [torch.count_nonzero(peaks[:, a:b], dim=1) for a, b in self.layer_columns], dim=1
+        )
         rows = [
-            self.host_row(values, counts)
-            for values, counts in zip(self.values[:n].tolist(), self.counts[:n].tolist())
+            self.host_row(*row)
+            for row in zip(self.scalars[:n].tolist(), self.norms[:n].tolist(), alive.tolist())
         ]
         for i, row in enumerate(rows):
             if math.isfinite(row[0]):

@@ -289,8 +289,7 @@ def _train(
         sink,
         config.data.n,
         hidden_sizes(config.model.hidden),
-        dtype,
-        device,
+        weights,
         min_loss=checkpoint["min_loss"] if checkpoint else math.inf,
         final_loss=checkpoint["final_loss"] if checkpoint else math.nan,
         stop_on_divergence=config.stop_on_divergence,
@@ -361,7 +360,7 @@ def _train(
                         optimizer.step()
                         optimizer.zero_grad()
                     if recording:
-                        stream.record_weights(step, weights)
+                        stream.record_weights(step)
                 step += 1
                 progress.update(step)
                 if config.checkpoint_every and step % config.checkpoint_every == 0:
