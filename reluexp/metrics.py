@@ -104,22 +104,34 @@ class MetricStream:
     ) -> None:
         """The next row's loss, counters and squared gradient norms; call before the update."""
         row = len(self.steps)
+        self.record_scalars(row, loss, hidden)
+        self.record_unit_peaks(row, hidden)
+        self.record_grad_norms(row, grads)
+
+    def record_scalars(self, row: int, loss: torch.Tensor, hidden: list) -> None:
         # 0-dim copies: a third of the time of one mixed-dtype stack.
         loss_cell, *nonzero_cells = self.scalar_cells[row]
         loss_cell.copy_(loss)
         for cell, (pre, _) in zip(nonzero_cells, hidden):
             cell.copy_(torch.count_nonzero(pre))
+
+    def record_unit_peaks(self, row: int, hidden: list) -> None:
         # A unit is alive when some example of the batch gives it a nonzero activation.
         for cell, (_, post) in zip(self.peak_cells[row], hidden):
             torch.amax(post.abs(), dim=0, out=cell)
+
+    def record_grad_norms(self, row: int, grads: list[torch.Tensor]) -> None:
         for cell, grad in zip(self.norm_cells[row], grads):
             squared_norm(grad, cell)
 
-    def record_weights(self, step: int) -> None:
-        """Complete the row with the updated weights' squared norms; flush when full or old."""
-        cells = self.norm_cells[len(self.steps)][self.num_weights :]
+    def record_weight_norms(self, row: int) -> None:
+        cells = self.norm_cells[row][self.num_weights :]
         for cell, flat in zip(cells, self.flat_weights):
             torch.dot(flat, flat, out=cell)
+
+    def record_weights(self, step: int) -> None:
+        """Complete the row with the updated weights' squared norms; flush when full or old."""
+        self.record_weight_norms(len(self.steps))
         self.steps.append(step)
         self.times.append(time.time())
         if len(self.steps) == FLUSH_ROWS or time.perf_counter() - self.last_flush > FLUSH_SECONDS:
