@@ -107,12 +107,11 @@ def markdown(rows: list[dict[str, str]]) -> str:
 
 def plot(groups: list[Group], path: Path) -> None:
     """Mean loss per group over steps, with a min–max band across seeds, log-scale y."""
-    import matplotlib
+    # Imported here, and without pyplot (no GUI backend to pick): only sweeps draw.
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(9, 5.5))
+    figure = Figure(figsize=(9, 5.5))
+    axes = figure.subplots()
     for group in groups:
         by_step: dict[int, list[float]] = defaultdict(list)
         for job in group.jobs:
@@ -136,7 +135,6 @@ def plot(groups: list[Group], path: Path) -> None:
         axes.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 def write_report(sweep_dir: Path) -> list[Job]:

@@ -2,13 +2,12 @@
 
 import itertools
 import json
-import logging
 import os
 import socket
 import struct
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,20 +169,47 @@ class EventFile:
         self._file.close()
 
 
-def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, float]]:
-    """tag -> {step: value} read back from a run's event files with TensorBoard's reader."""
-    # Imported here: the reader costs a quarter second at start-up; only reports read events.
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+def read_events(run_dir: Path) -> Iterator[Event]:
+    """Every intact Event record of a run's event files, in writing order.
 
-    # The reader logs every file it reaches at INFO; a sweep's log has no use for that.
-    logging.getLogger("tensorboard").setLevel(logging.WARNING)
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    present = events.Tags()["scalars"]
-    return {
-        tag: {e.step: e.value for e in events.Scalars(tag)} if tag in present else {}
-        for tag in tags
-    }
+    A file's reading stops at a torn or corrupt record (a process killed mid-write), as
+    TensorBoard's reader does. TensorBoard's own reader checks CRCs in pure Python (~0.1 s for
+    a 500-step run); this one reads a whole sweep in the time that takes for one run.
+    """
+    # File names start with the creating time in seconds: name order is writing order.
+    for path in sorted(run_dir.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        offset = 0
+        while offset + 12 <= len(data):
+            header = data[offset : offset + 8]
+            (length,) = struct.unpack_from("<Q", data, offset)
+            (header_crc,) = struct.unpack_from("<I", data, offset + 8)
+            end = offset + 12 + length
+            if masked_crc32c(header) != header_crc or end + 4 > len(data):
+                break
+            body = data[offset + 12 : end]
+            if masked_crc32c(body) != struct.unpack_from("<I", data, end)[0]:
+                break
+            yield Event.FromString(body)
+            offset = end + 4
+
+
+def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, float]]:
+    """tag -> {step: value} of a run, as TensorBoard shows it (tested against its reader).
+
+    A SessionLog START (written by a resumed run) drops the steps at or after its step that
+    the interrupted part had logged.
+    """
+    scalars: dict[str, dict[int, float]] = {tag: {} for tag in tags}
+    for event in read_events(run_dir):
+        if event.session_log.status == SessionLog.START:
+            for values in scalars.values():
+                for step in [step for step in values if step >= event.step]:
+                    del values[step]
+        for value in event.summary.value:
+            if value.tag in scalars and value.WhichOneof("value") == "simple_value":
+                scalars[value.tag][event.step] = value.simple_value
+    return scalars
 
 
 def record_failure(run_dir: Path, overrides: Sequence[str], error: BaseException) -> None:
