@@ -15,11 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp import train
 from reluexp.config import Config
+from reluexp.sink import read_scalars
 
 SIZES = {"reference": (64, 1000, 100, 500), "large": (4096, 1024, 4096, 3)}
 
@@ -41,9 +40,8 @@ def per_step(size: str, compiled: bool) -> float:
 def losses(compiled: bool) -> list[float]:
     with tempfile.TemporaryDirectory() as run_dir:
         train.run(Config(device="cpu", compile=compiled, quiet=True), Path(run_dir))
-        events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
-        events.Reload()
-        return [e.value for e in events.Scalars("loss/train")]
+        by_step = read_scalars(Path(run_dir), ["loss/train"])["loss/train"]
+        return [by_step[step] for step in sorted(by_step)]
 
 
 def main() -> None:
