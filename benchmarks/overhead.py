@@ -68,12 +68,12 @@ def without(*parts: str) -> type[MetricStream]:
 # What each part of a row costs: the loop with it left out, against the full stream.
 PARTS = {
     "loss and exact-zero counts": ("scalars",),
-    "per-unit activation peaks (dead fraction)": ("unit_peaks",),
+    "per-unit activation ranges (dead fraction)": ("unit_ranges",),
     "gradient norms": ("grad_norms",),
     "weight norms": ("weight_norms",),
     "all four (bookkeeping, flushes and event writes remain)": (
         "scalars",
-        "unit_peaks",
+        "unit_ranges",
         "grad_norms",
         "weight_norms",
     ),

@@ -11,6 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from reluexp import train
 from reluexp.config import Config, ConfigError
+from reluexp.metrics import MetricStream
+from reluexp.sink import Sink, read_scalars
 from tests.helpers import SeedRelu, run_cli, seed_loop
 
 
@@ -192,3 +194,23 @@ def test_keep_freed_memory_reuses_a_large_block_without_page_faults():
     # glibc's default maps a fresh block: every page faults again.
     assert faults("default") > pages / 2
     assert faults("keep") < pages / 50
+
+
+def test_dead_fraction_counts_units_zero_on_the_whole_batch_of_any_sign(tmp_path):
+    # Units: always 0 (dead), 0 or negative (alive, as a leaky unit), mixed (alive), -0.0 (dead).
+    post = torch.tensor([[0.0, 0.0, 0.0, -0.0], [0.0, -0.1, 2.0, 0.0]])
+    pre = torch.tensor([[0.0, -5.0, -1.0, -0.0], [-3.0, -1.0, 2.0, -2.0]])
+    weights = [torch.ones(3, 4), torch.ones(4, 1)]
+    grads = [torch.full((3, 4), 2.0), torch.zeros(4, 1)]
+    stream = MetricStream(Sink(tmp_path, {}), batch=2, widths=[4], weights=weights)
+    stream.record_gradients(torch.tensor(1.5), grads, [(pre, post)])
+    stream.record_weights(step=0)
+    stream.flush()
+    logged = read_scalars(tmp_path, ["activation/dead_fraction", "activation/exact_zeros"])
+    assert logged["activation/dead_fraction"] == {0: 0.5}
+    assert logged["activation/exact_zeros"] == {0: 2.0}
+    norms = read_scalars(tmp_path, ["grad_norm/w1", "weight_norm/w1", "grad_norm/total"])
+    # Event files hold float32.
+    assert norms["grad_norm/w1"][0] == pytest.approx(2 * 12**0.5, rel=1e-7)
+    assert norms["grad_norm/total"][0] == pytest.approx(2 * 12**0.5, rel=1e-7)
+    assert norms["weight_norm/w1"][0] == pytest.approx(12**0.5, rel=1e-7)
