@@ -76,8 +76,8 @@ def keep_freed_memory() -> None:
     """Have glibc's malloc keep freed memory for reuse instead of handing it back to the OS.
 
     By default glibc serves every block above its mmap threshold (32 MiB at most) with a fresh
-    mmap, so a large step's activations are page-faulted in again at every step: a quarter of
-    the step at N=4096, H=4096 (benchmarks/limit.py). Same-shaped steps reuse the blocks; the
+    mmap, so a large step's activations are page-faulted in again at every step: about a fifth
+    of the step at N=4096, H=4096 (benchmarks/limit.py). Same-shaped steps reuse the blocks; the
     process keeps its peak memory. Process-wide and idempotent; a no-op without glibc.
     """
     try:
