@@ -251,7 +251,10 @@ class Sink:
         rows: Sequence[Sequence[float]],
     ) -> None:
         """One event per step holding that step's value for every tag."""
-        encoder = self._encoders.setdefault(tuple(tags), ScalarEvents(tags))
+        key = tuple(tags)
+        if key not in self._encoders:
+            self._encoders[key] = ScalarEvents(tags)
+        encoder = self._encoders[key]
         self._events.write_serialized([encoder.encode(*event) for event in zip(steps, times, rows)])
 
     def declare(self, hparams: dict[str, Any]) -> None:
