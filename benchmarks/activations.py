@@ -5,7 +5,7 @@
 At the reference size (N=64, D_in=1000, H=100) and a large one (N=4096, D_in=1024, H=4096):
 a bare training step (forward, backward, the article's update) per activation, alternating,
 medians; and the bytes the step's graph keeps for backward (unique storages, via saved-tensor
-hooks). Malloc as in reluexp's CPU runs (train.keep_freed_memory); the matmul limit is
+hooks). Malloc as in reluexp's CPU runs (environment.keep_freed_memory); the matmul limit is
 benchmarks/limit.py.
 """
 
@@ -18,8 +18,8 @@ import torch
 from omegaconf import OmegaConf
 
 from benchmarks.common import alternate, machine, summarize, write_section
-from reluexp import train
 from reluexp.activations import resolve_activation
+from reluexp.environment import KEEP_FREED_MEMORY, set_malloc
 from reluexp.model import forward, init_weights
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "activation"
@@ -76,7 +76,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=5)
     args = parser.parse_args()
-    train.keep_freed_memory()
+    set_malloc(KEEP_FREED_MEMORY)
     activations = shipped()
     lines = [
         "## Activations: step time and saved memory",

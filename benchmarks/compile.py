@@ -18,7 +18,7 @@ from pathlib import Path
 from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp import train
 from reluexp.config import Config
-from reluexp.sink import read_scalars
+from reluexp.events import read_scalars
 
 SIZES = {"reference": (64, 1000, 100, 500), "large": (4096, 1024, 4096, 3)}
 

@@ -2,10 +2,11 @@
 
     python -m benchmarks.limit [--repetitions 3]
 
-Each repetition starts two fresh processes, alternating (a malloc setting cannot be undone in
-a process): one with glibc's default malloc, one after `train.keep_freed_memory()`, as every
-CPU run of reluexp does. Each measures a 4096² `torch.mm` and the large `torch.relu` training
-step (N=4096, D_in=1024, H=4096, D_out=10: forward, backward, update), medians.
+Each repetition starts two fresh processes, alternating (glibc's dynamic mmap threshold cannot
+be restored in a process): one with glibc's default malloc, one with the settings of
+`environment.keep_freed_memory()`, as every CPU run of reluexp has. Each measures a 4096²
+`torch.mm` and the large `torch.relu` training step (N=4096, D_in=1024, H=4096, D_out=10:
+forward, backward, update), medians.
 """
 
 import argparse
@@ -19,7 +20,7 @@ import torch
 
 from benchmarks.activations import SIZES, step_time
 from benchmarks.common import machine, write_section
-from reluexp import train
+from reluexp.environment import KEEP_FREED_MEMORY, set_malloc
 
 MATMUL_N = 4096
 
@@ -44,7 +45,7 @@ def matmul_gflops(repetitions: int = 3) -> float:
 def child(keep_freed: bool) -> None:
     """One process's measurement, as JSON on stdout."""
     if keep_freed:
-        train.keep_freed_memory()
+        set_malloc(KEEP_FREED_MEMORY)
     size = SIZES["large"]
     step_time(torch.relu, size, 1)  # warm-up: first-touch of every buffer
     seconds = statistics.median(step_time(torch.relu, size, 1) for _ in range(3))

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from reluexp import train
 from reluexp.activations import Activation, as_activation, import_object
-from reluexp.cli import CONF_DIR, one_line, task_config
 from reluexp.config import Config, ConfigError, config_dict, validate
-from reluexp.sink import read_scalars, write_json_atomic
+from reluexp.events import read_scalars
+from reluexp.hydra_glue import compose_config, one_line, task_config
+from reluexp.summary import write_json_atomic
 
 # (rtol, atol) per dtype: about two units in the last place for the low-precision types.
 TOLERANCES = {
@@ -415,17 +415,12 @@ def check(config: Config, check_dir: Path) -> int:
     return 0
 
 
-def compose_config(overrides: list[str]) -> tuple[Config, Path]:
-    """The same config tree and overrides as `python -m reluexp`; the run dir from hydra.run.dir."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    return task_config(cfg), Path(cfg.hydra.run.dir)
-
-
 def main(argv: list[str] | None = None) -> int:
     overrides = sys.argv[1:] if argv is None else argv
     try:
-        config, check_dir = compose_config(overrides)
+        # The same config tree and overrides as `python -m reluexp`; the dir from hydra.run.dir.
+        cfg = compose_config(overrides)
+        config, check_dir = task_config(cfg), Path(cfg.hydra.run.dir)
         check_dir.mkdir(parents=True, exist_ok=True)
         return check(config, check_dir)
     except (ConfigError, HydraException, OmegaConfBaseException) as error:

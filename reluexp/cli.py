@@ -1,68 +1,31 @@
 """The Hydra app: compose the typed config, find the run dir, call train.run()."""
 
-import copy
-import json
 import logging
 import math
 import os
-import re
 import sys
-from datetime import datetime
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from reluexp import report, train
 from reluexp.config import Config, ConfigError, validate
-from reluexp.sink import record_failure
+from reluexp.environment import resolve_device
+from reluexp.hydra_glue import CONFIG_PATH, one_line, task_config
+from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
 
 log = logging.getLogger("reluexp")
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONF_DIR = REPO_ROOT / "conf"
-EXPERIMENTS_DIR = REPO_ROOT / "experiments"
-
-
-def run_id() -> str:
-    """A directory name unique across processes and below one second: time, microseconds, pid."""
-    return f"{datetime.now():%Y-%m-%d_%H-%M-%S.%f}_{os.getpid()}"
-
-
-# Cached, like Hydra's own `now`, so every read of hydra.run.dir gives the same name.
-OmegaConf.register_new_resolver("run_id", run_id, use_cache=True)
-# `resume=<dir>` continues in that directory; Hydra's own files for it go beside the first ones.
-OmegaConf.register_new_resolver(
-    "run_dir", lambda resume: resume or f"outputs/runs/{run_id()}", use_cache=True
-)
-OmegaConf.register_new_resolver(
-    "hydra_subdir",
-    lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",
-    use_cache=True,
-)
-
-# Named studies live at the top level, outside conf/; each becomes an option of `experiment=`.
-for preset in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
-    ConfigStore.instance().store(
-        group="experiment", name=preset.stem, node=OmegaConf.load(preset), package="_global_"
-    )
-
-
-def task_config(cfg: DictConfig) -> Config:
-    """The typed task config: the composed config without its `hydra` node."""
-    cfg = copy.deepcopy(cfg)
-    with read_write(cfg), open_dict(cfg):
-        del cfg["hydra"]
-    return OmegaConf.to_object(cfg)
 
 
 def exit_with(error: ConfigError) -> None:
@@ -87,10 +50,10 @@ class Lifecycle(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if config.resume is not None:
-            if not Path(config.resume, "summary.json").is_file():
-                exit_with(
-                    ConfigError(f"resume={config.resume}: not a run directory (no summary.json)")
-                )
+            try:
+                RunSummary.read(Path(config.resume))
+            except SummaryError as error:
+                exit_with(ConfigError(f"resume={error}"))
             # A resumed run keeps its own config; silently ignoring a changed value would mislead.
             changed = [
                 o
@@ -107,7 +70,7 @@ class Lifecycle(Callback):
         try:
             typed = task_config(config)
             validate(typed)
-            train.resolve_device(typed.device)
+            resolve_device(typed.device)
         except ConfigError as error:
             exit_with(error)
         check_writable("hydra.run.dir", config.hydra.run.dir)
@@ -120,13 +83,16 @@ class Lifecycle(Callback):
         if HydraConfig.get().mode != RunMode.MULTIRUN or config.quiet:
             return
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        summary_path = run_dir / "summary.json"
-        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        try:
+            summary = RunSummary.read(run_dir)
+        except SummaryError:
+            summary = RunSummary(status="failed")
         total = count_jobs(config)
+        final_loss = math.nan if summary.final_loss is None else summary.final_loss
+        wall_time = math.nan if summary.wall_time_s is None else summary.wall_time_s
         print(
             f"[{config.hydra.job.num + 1}/{total or '?'}] {' '.join(job_return.overrides)} "
-            f"{summary.get('status', 'failed')} loss={summary.get('final_loss', math.nan):.4g} "
-            f"in {summary.get('wall_time_s', math.nan):.1f} s",
+            f"{summary.status} loss={final_loss:.4g} in {wall_time:.1f} s",
             file=sys.stderr,
         )
 
@@ -134,7 +100,7 @@ class Lifecycle(Callback):
         """The sweep's summary; failed jobs make the sweep exit non-zero, after all have run."""
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = report.write_report(sweep_dir)
-        failed = [job for job in jobs if job.summary.get("status") == "failed"]
+        failed = [job for job in jobs if job.summary.status == "failed"]
         log.info("Sweep summary: %s", sweep_dir / "summary.md")
         if failed:
             log.error(
@@ -176,26 +142,12 @@ def threads_for(hydra_config: DictConfig) -> int | None:
 
 def closing_line(run_dir: Path) -> str:
     """The run's outcome in one line, with the command that opens its dashboard."""
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = RunSummary.read(run_dir)
     run_dir = Path(os.path.relpath(run_dir)) if run_dir.is_relative_to(Path.cwd()) else run_dir
     return (
-        f"reluexp: {summary['status']} after {summary['steps_done']} steps, final loss "
-        f"{summary['final_loss']!r}. Run dir: {run_dir}. Dashboard: tensorboard --logdir {run_dir}"
+        f"reluexp: {summary.status} after {summary.steps_done} steps, final loss "
+        f"{summary.final_loss!r}. Run dir: {run_dir}. Dashboard: tensorboard --logdir {run_dir}"
     )
-
-
-def one_line(error: BaseException) -> str:
-    """Hydra's and OmegaConf's multi-line composition errors, as one line."""
-    text = str(error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
-    cause = str(error.__cause__).strip() if error.__cause__ is not None else ""
-    if cause:
-        line = f"{line.rstrip('.')}: {cause.splitlines()[0]}"
-    # A missing group option comes with the available ones, one per tab-indented line.
-    options = re.findall(r"^\t(\S+)$", text, flags=re.M)
-    if options:
-        line += f"; available: {', '.join(options)}"
-    return line
 
 
 def main() -> None:
@@ -214,17 +166,33 @@ def main() -> None:
         del os.environ["HYDRA_FULL_ERROR"]
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def task(cfg: DictConfig) -> float:
-    config = OmegaConf.to_object(cfg)
-    hydra_config = HydraConfig.get()
-    run_dir = Path(hydra_config.runtime.output_dir)
-    overrides = hydra_config.overrides.task
-    if config.threads is None:
-        config.threads = threads_for(hydra_config)
+@contextmanager
+def log_level(config: Config) -> Iterator[None]:
+    """quiet/verbose for this job only: the next job of a sweep starts from the same level."""
+    previous = log.level
     log.setLevel(
         logging.DEBUG if config.verbose else logging.WARNING if config.quiet else logging.INFO
     )
+    try:
+        yield
+    finally:
+        log.setLevel(previous)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
+def task(cfg: DictConfig) -> float:
+    config = OmegaConf.to_object(cfg)
+    hydra_config = HydraConfig.get()
+    if config.threads is None:
+        config.threads = threads_for(hydra_config)
+    with log_level(config):
+        return run_job(config, hydra_config)
+
+
+def run_job(config: Config, hydra_config: DictConfig) -> float:
+    """One run or sweep job; in a sweep a failure is a result, recorded, not raised."""
+    run_dir = Path(hydra_config.runtime.output_dir)
+    overrides = list(hydra_config.overrides.task)
     try:
         if config.resume is not None:
             final_loss = train.resume(run_dir)
@@ -241,7 +209,9 @@ def task(cfg: DictConfig) -> float:
                 exit_with(error)
             raise
         # In a sweep a failure is a result: record it, let the other jobs run.
-        if not (run_dir / "summary.json").is_file():
-            record_failure(run_dir, overrides, error)
+        if not (run_dir / SUMMARY_NAME).is_file():
+            RunSummary(
+                status="failed", overrides=overrides, error=f"{type(error).__name__}: {error}"
+            ).write(run_dir)
         log.error("job failed: %s: %s", type(error).__name__, error)
         return math.nan

@@ -78,6 +78,10 @@ class Config:
     quiet: bool = False
     verbose: bool = False
 
+    def prints_at(self, step: int) -> bool:
+        """The article prints `step loss` at steps 99, 199, ...: the last of every print_every."""
+        return step % self.print_every == self.print_every - 1
+
 
 def hidden_sizes(hidden: Any) -> list[int]:
     """`model.hidden` as a list of layer widths."""
@@ -85,6 +89,11 @@ def hidden_sizes(hidden: Any) -> list[int]:
     if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) for h in sizes):
         raise ConfigError(f"model.hidden={hidden!r}: expected an int or a list of ints")
     return sizes
+
+
+def layer_sizes(config: Config) -> list[int]:
+    """Widths from input to output: d_in, the hidden widths, d_out."""
+    return [config.data.d_in, *hidden_sizes(config.model.hidden), config.data.d_out]
 
 
 def _require(ok: bool, key: str, value: Any, allowed: str) -> None:

@@ -1,15 +1,11 @@
 """Per-step metrics: a few ops on the device per step, brought to the host in blocks."""
 
 import itertools
-import logging
 import math
 import time
+from dataclasses import dataclass
 
 import torch
-
-from reluexp.sink import Sink
-
-log = logging.getLogger("reluexp")
 
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
@@ -40,8 +36,17 @@ def squared_norm(tensor: torch.Tensor, out: torch.Tensor) -> None:
     torch.dot(flat, flat, out=out)
 
 
+@dataclass
+class MetricRows:
+    """A flushed block: the steps, their wall times and one host row (metric_tags order) each."""
+
+    steps: list[int]
+    times: list[float]
+    rows: list[list[float]]
+
+
 class MetricStream:
-    """Records every logged step's metrics on the device; streams them to the sink in blocks.
+    """Records every logged step's metrics on the device; hands them to the host in blocks.
 
     A step writes its row in place into three preallocated device blocks, through views made
     once (at the reference size an op costs more in dispatch than in arithmetic, so a step
@@ -59,18 +64,7 @@ class MetricStream:
     weights in cache; the weight norms are those of the weights the step produced.
     """
 
-    def __init__(
-        self,
-        sink: Sink,
-        batch: int,
-        widths: list[int],
-        weights: list[torch.Tensor],
-        min_loss: float = math.inf,
-        final_loss: float = math.nan,
-        stop_on_divergence: bool = True,
-        print_every: int = 100,
-    ):
-        self.sink = sink
+    def __init__(self, batch: int, widths: list[int], weights: list[torch.Tensor]):
         self.batch = batch
         self.widths = widths
         self.num_weights = len(weights)
@@ -93,11 +87,6 @@ class MetricStream:
         self.steps: list[int] = []
         self.times: list[float] = []
         self.last_flush = time.perf_counter()
-        self.min_loss = min_loss
-        self.final_loss = final_loss
-        self.stop_on_divergence = stop_on_divergence
-        self.print_every = print_every
-        self.diverged_at: int | None = None
 
     def record_gradients(
         self,
@@ -133,12 +122,16 @@ class MetricStream:
             torch.dot(flat, flat, out=cell)
 
     def record_weights(self, step: int) -> None:
-        """Complete the row with the updated weights' squared norms; flush when full or old."""
+        """Complete the row with the updated weights' squared norms."""
         self.record_weight_norms(len(self.steps))
         self.steps.append(step)
         self.times.append(time.time())
-        if len(self.steps) == FLUSH_ROWS or time.perf_counter() - self.last_flush > FLUSH_SECONDS:
-            self.flush()
+
+    @property
+    def due(self) -> bool:
+        """The block is full, or old enough that a slow run should stream what it has."""
+        full = len(self.steps) == FLUSH_ROWS
+        return full or time.perf_counter() - self.last_flush > FLUSH_SECONDS
 
     def host_row(self, scalars: list[float], norms: list[float], alive: list[int]) -> list[float]:
         """A device row as the values of metric_tags()."""
@@ -152,11 +145,11 @@ class MetricStream:
         total_grad_norm = math.sqrt(sum(norms[:k]))
         return [loss, *grad_norms, total_grad_norm, *weight_norms, dead_fraction, exact_zeros]
 
-    def flush(self) -> None:
-        """One host copy per block; when stopping, rows after a diverging step are dropped."""
-        if not self.steps:
-            return
+    def flush(self) -> MetricRows:
+        """The recorded rows, with one host copy per block; the blocks are then free again."""
         n = len(self.steps)
+        if n == 0:
+            return MetricRows([], [], [])
         # A unit is alive when some example of the batch gives it a nonzero activation.
         live = (self.unit_max[:n] != 0) | (self.unit_min[:n] != 0)
         alive = torch.stack(
@@ -166,26 +159,8 @@ class MetricStream:
             self.host_row(*row)
             for row in zip(self.scalars[:n].tolist(), self.norms[:n].tolist(), alive.tolist())
         ]
-        for i, row in enumerate(rows):
-            if math.isfinite(row[0]):
-                self.min_loss = min(self.min_loss, row[0])
-            elif self.diverged_at is None:
-                self.diverged_at = self.steps[i]
-                if self.stop_on_divergence:
-                    del rows[i + 1 :]
-                    break
-        for step, row in zip(self.steps, rows):
-            if step % self.print_every == self.print_every - 1:
-                # The article's line (step, repr of the loss), from the flushed value: no .item().
-                log.info("%d %r", step, row[0])
-        if rows:
-            self.final_loss = rows[-1][0]
-        log.debug("flushed %d metric rows up to step %d", len(rows), self.steps[-1])
-        self.sink.scalars(self.tags, self.steps, self.times, rows)
+        block = MetricRows(list(self.steps), list(self.times), rows)
         self.steps.clear()
         self.times.clear()
         self.last_flush = time.perf_counter()
-
-    @property
-    def stopped(self) -> bool:
-        return self.diverged_at is not None and self.stop_on_divergence
+        return block

@@ -8,34 +8,29 @@ summary.md and loss_curves.png into it.
 
 import csv
 import io
-import json
 import math
 import statistics
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from omegaconf import OmegaConf
 
-from reluexp.sink import read_scalars
+from reluexp.events import read_scalars
+from reluexp.summary import SUMMARY_NAME, RunSummary
 
 
 @dataclass
 class Job:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary
 
     @property
     def group(self) -> str:
         """The job's overrides without its seed (and study name): what a group shares."""
-        overrides = [
-            o
-            for o in self.summary.get("overrides", [])
-            if not o.startswith(("seed=", "experiment="))
-        ]
-        return " ".join(sorted(overrides)) or "(defaults)"
+        shared = [o for o in self.summary.overrides if not o.startswith(("seed=", "experiment="))]
+        return " ".join(sorted(shared)) or "(defaults)"
 
 
 @dataclass
@@ -44,7 +39,7 @@ class Group:
     jobs: list[Job] = field(default_factory=list)
 
     def values(self, key: str) -> list[float]:
-        values = [job.summary.get(key) for job in self.jobs]
+        values = [getattr(job.summary, key) for job in self.jobs]
         return [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
 
 
@@ -52,11 +47,14 @@ def find_jobs(sweep_dir: Path) -> list[Job]:
     """Every job directory below sweep_dir; one without summary.json never started training."""
     jobs = []
     for run_dir in sorted(p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()):
-        path = run_dir / "summary.json"
-        summary = json.loads(path.read_text()) if path.is_file() else {"status": "not started"}
-        if "overrides" not in summary:
+        if (run_dir / SUMMARY_NAME).is_file():
+            summary = RunSummary.read(run_dir)
+        else:
             overrides = run_dir / ".hydra" / "overrides.yaml"
-            summary["overrides"] = list(OmegaConf.load(overrides)) if overrides.is_file() else []
+            summary = RunSummary(
+                status="not started",
+                overrides=list(OmegaConf.load(overrides)) if overrides.is_file() else [],
+            )
         jobs.append(Job(run_dir, summary))
     return jobs
 
@@ -79,8 +77,8 @@ def mean_std(values: list[float]) -> str:
 def table(groups: list[Group]) -> list[dict[str, str]]:
     rows = []
     for group in groups:
-        statuses = Counter(job.summary.get("status", "?") for job in group.jobs)
-        errors = [job.summary["error"] for job in group.jobs if job.summary.get("error")]
+        statuses = Counter(job.summary.status for job in group.jobs)
+        errors = [job.summary.error for job in group.jobs if job.summary.error]
         steps_per_s = group.values("steps_per_s")
         rows.append(
             {
@@ -147,7 +145,7 @@ def write_report(sweep_dir: Path) -> list[Job]:
     writer.writeheader()
     writer.writerows(rows)
     (sweep_dir / "summary.csv").write_text(buffer.getvalue())
-    statuses = Counter(job.summary.get("status") for job in jobs)
+    statuses = Counter(job.summary.status for job in jobs)
     header = f"# Sweep {sweep_dir.name}\n\n{len(jobs)} jobs: " + ", ".join(
         f"{s}: {n}" for s, n in sorted(statuses.items())
     )

@@ -1,25 +1,17 @@
-"""The training loop: seed-exact reference experiment, every step's metrics streamed to the sink."""
+"""The training loop: a run's state built or restored, the seed-exact loop, its outcome recorded."""
 
-import ctypes
-import functools
-import json
 import logging
 import math
-import os
-import platform
 import signal
-import subprocess
-import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import reluexp
 from reluexp.activations import Activation, resolve_activation
 from reluexp.checkpoint import load_checkpoint, save_checkpoint
 from reluexp.config import (
@@ -30,92 +22,191 @@ from reluexp.config import (
     config_dict,
     config_from_dict,
     hidden_sizes,
+    layer_sizes,
     validate,
 )
 from reluexp.data import make_data
-from reluexp.metrics import MetricStream
+from reluexp.environment import StopSignals, job_environment, resolve_device, versions
+from reluexp.events import EventWriter
+from reluexp.metrics import MetricStream, metric_tags
 from reluexp.model import forward, init_weights
 from reluexp.progress import Progress
-from reluexp.sink import Sink
+from reluexp.summary import RunSummary, SummaryError
 
 log = logging.getLogger("reluexp")
 
 
-def resolve_device(name: str) -> torch.device:
-    """`auto` picks the best device present; any other name must exist here."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    allowed = "expected auto, cpu, cuda, cuda:N or mps"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"device={name!r}: {allowed}") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device={name!r}: CUDA is not available on this machine")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            count = torch.cuda.device_count()
-            raise ConfigError(f"device={name!r}: this machine has {count} CUDA device(s)")
-    elif device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ConfigError(f"device={name!r}: MPS is not available on this machine")
-    elif device.type != "cpu":
-        raise ConfigError(f"device={name!r}: {allowed}")
-    return device
+class Interrupted(Exception):
+    """The run stopped at a step boundary on a signal, checkpointed; exit with 128 + signum."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
-# glibc's mallopt parameters (malloc.h).
-M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+@dataclass
+class RunState:
+    """What a run needs to go on: built from its config, or restored from its checkpoint."""
+
+    weights: list[torch.Tensor]
+    optimizer: torch.optim.Optimizer | None
+    step: int = 0
+    min_loss: float = math.inf
+    final_loss: float = math.nan
+    # Wall time of the run's earlier segments (before an interruption), and this one's start.
+    earlier_wall_time_s: float = 0.0
+    segment_start: float = 0.0
+
+    @property
+    def wall_time_s(self) -> float:
+        return self.earlier_wall_time_s + time.perf_counter() - self.segment_start
 
 
-def keep_freed_memory() -> None:
-    """Have glibc's malloc keep freed memory for reuse instead of handing it back to the OS.
-
-    By default glibc serves every block above its mmap threshold (32 MiB at most) with a fresh
-    mmap, so a large step's activations are page-faulted in again at every step: about a fifth
-    of the step at N=4096, H=4096 (benchmarks/limit.py). Same-shaped steps reuse the blocks; the
-    process keeps its peak memory. Process-wide and idempotent; a no-op without glibc.
-    """
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except AttributeError:
-        return
-    mallopt(M_MMAP_MAX, 0)
-    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+def make_optimizer(config: Config, weights: list[torch.Tensor]) -> torch.optim.Optimizer | None:
+    """None for the seed's manual update, which the loop applies itself."""
+    if config.optimizer == Optimizer.sgd:
+        return torch.optim.SGD(weights, lr=config.lr)
+    if config.optimizer == Optimizer.adam:
+        return torch.optim.Adam(weights, lr=config.lr)
+    return None
 
 
-@functools.cache
-def versions() -> dict[str, str | None]:
-    """Versions that decide a run's numbers, for summary.json."""
+def build_state(
+    config: Config, device: torch.device, checkpoint: dict[str, Any] | None
+) -> tuple[torch.Tensor, torch.Tensor, RunState]:
+    """The data (x, y) and the run's state, fresh or from a checkpoint, on the device."""
+    # One CPU generator in the seed's order (x, y, w1, w2, ...): CPU and GPU runs start identical.
+    generator = torch.Generator("cpu").manual_seed(config.seed)
+    x, y = make_data(config.data.n, config.data.d_in, config.data.d_out, generator)
+    weights = init_weights(layer_sizes(config), generator)
+    if checkpoint is not None:
+        weights = checkpoint["weights"]
+    dtype = getattr(torch, Dtype(config.dtype).value)
+    x, y = x.to(device, dtype), y.to(device, dtype)
+    weights = [w.to(device, dtype).requires_grad_() for w in weights]
+    state = RunState(weights, make_optimizer(config, weights), segment_start=time.perf_counter())
+    if checkpoint is not None:
+        state.step = checkpoint["step"]
+        state.min_loss = checkpoint["min_loss"]
+        state.final_loss = checkpoint["final_loss"]
+        state.earlier_wall_time_s = checkpoint["wall_time_s"]
+        if state.optimizer is not None:
+            state.optimizer.load_state_dict(checkpoint["optimizer"])
+        torch.set_rng_state(checkpoint["rng_cpu"])
+        if torch.cuda.is_available() and checkpoint["rng_cuda"]:
+            torch.cuda.set_rng_state_all(checkpoint["rng_cuda"])
+    return x, y, state
 
-    def dist_version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
 
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(reluexp.__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "hydra": dist_version("hydra-core"),
-        "reluexp": reluexp.__version__,
-        "git_commit": commit or None,
-    }
+def save_state(run_dir: Path, config: Config, state: RunState) -> None:
+    log.debug("checkpoint at step %d", state.step)
+    save_checkpoint(
+        run_dir,
+        {
+            "step": state.step,
+            "weights": [w.detach() for w in state.weights],
+            "optimizer": state.optimizer.state_dict() if state.optimizer is not None else {},
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "config": config_dict(config),
+            "min_loss": state.min_loss,
+            "final_loss": state.final_loss,
+            "wall_time_s": state.wall_time_s,
+        },
+    )
+
+
+class Recorder:
+    """What a flushed block of metric rows means for the run: its events, the article's loss
+    lines, the min and final loss, and divergence (a non-finite loss). Each rule is here once."""
+
+    def __init__(self, config: Config, state: RunState, events: EventWriter):
+        self.config = config
+        self.state = state
+        self.events = events
+        self.stream = MetricStream(config.data.n, hidden_sizes(config.model.hidden), state.weights)
+        self.tags = metric_tags(len(state.weights))
+        self.diverged_at: int | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.diverged_at is not None and self.config.stop_on_divergence
+
+    def flush(self) -> None:
+        block = self.stream.flush()
+        rows = block.rows
+        if not rows:
+            return
+        for i, (step, row) in enumerate(zip(block.steps, rows)):
+            if math.isfinite(row[0]):
+                self.state.min_loss = min(self.state.min_loss, row[0])
+            elif self.diverged_at is None:
+                self.diverged_at = step
+                if self.config.stop_on_divergence:
+                    del rows[i + 1 :]  # the steps after it trained on a non-finite loss
+                    break
+        for step, row in zip(block.steps, rows):
+            if self.config.prints_at(step):
+                # The article's line (step, repr of the loss), from the flushed value: no .item().
+                log.info("%d %r", step, row[0])
+        self.state.final_loss = rows[-1][0]
+        log.debug("flushed %d metric rows up to step %d", len(rows), block.steps[-1])
+        self.events.scalars(self.tags, block.steps, block.times, rows)
+
+
+def squared_error(
+    x: torch.Tensor, y: torch.Tensor, weights: list[torch.Tensor], activation: Activation
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """The article's loss, sum((y_pred - y)^2), and the hidden layers the metrics read."""
+    y_pred, hidden = forward(x, weights, activation)
+    return (y_pred - y).pow(2).sum(), hidden
+
+
+def train_loop(
+    config: Config,
+    run_dir: Path,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    state: RunState,
+    activation: Activation,
+    recorder: Recorder,
+    stop: StopSignals,
+    progress: Progress,
+) -> None:
+    """Train from state.step to config.steps, a divergence, or a stop signal; metrics flushed."""
+    # compile=true: forward and loss, and through AOTAutograd their backward, as compiled kernels.
+    compute_loss = torch.compile(squared_error) if config.compile else squared_error
+    stream = recorder.stream
+    while state.step < config.steps and not recorder.stopped and stop.signum is None:
+        step = state.step
+        loss, hidden = compute_loss(x, y, state.weights, activation)
+        loss.backward()
+        # Print steps are recorded too: their lines come from the flushed rows.
+        recording = step % config.log_every == 0 or config.prints_at(step)
+        recording = recording or step == config.steps - 1
+        with torch.no_grad():
+            if recording:
+                stream.record_gradients(loss, [w.grad for w in state.weights], hidden)
+            if state.optimizer is None:
+                for w in state.weights:
+                    # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in the
+                    # gradient, which is then dropped instead of zeroed: the same values,
+                    # without a temporary, a fill and an accumulate per weight.
+                    w -= w.grad.mul_(config.lr)
+                    w.grad = None
+            else:
+                state.optimizer.step()
+                state.optimizer.zero_grad()
+            if recording:
+                stream.record_weights(step)
+        state.step += 1
+        if stream.due:
+            recorder.flush()
+        progress.update(state.step)
+        if config.checkpoint_every and state.step % config.checkpoint_every == 0:
+            recorder.flush()  # so the checkpoint's min/final loss cover every step before it
+            save_state(run_dir, config, state)
+    recorder.flush()
 
 
 def hparams(config: Config, device: torch.device) -> dict[str, Any]:
@@ -139,252 +230,110 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-class Interrupted(Exception):
-    """The run stopped at a step boundary on a signal, checkpointed; exit with 128 + signum."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class StopSignals:
-    """While active, SIGINT/SIGTERM ask the loop to stop at the next step; a second one exits now.
-
-    Every file is written by rename, so exiting at once cannot leave a half-written one.
-    """
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.signum is not None:
-            os._exit(128 + signum)
-        self.signum = signum
-
-    def __enter__(self) -> "StopSignals":
-        # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
     """Train the configured model, stream its metrics into run_dir; return the final loss."""
     validate(config)
-    summary = {
-        "status": "running",
-        "started_at": now(),
-        "seed": config.seed,
-        "overrides": list(overrides),
-        "config": config_dict(config),
-    }
-    return _train(config, run_dir, summary, checkpoint=None)
+    summary = RunSummary(
+        started_at=now(), seed=config.seed, overrides=list(overrides), config=config_dict(config)
+    )
+    return _run(config, run_dir, summary, checkpoint=None)
 
 
 def resume(run_dir: Path) -> float:
     """Continue an interrupted run in its own directory, from its checkpoint, with its config."""
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise ConfigError(f"resume={run_dir}: not a run directory (no summary.json)")
     try:
-        summary = json.loads(summary_path.read_text())
-    except json.JSONDecodeError:
-        raise ConfigError(f"resume={run_dir}: summary.json is not valid JSON") from None
-    if "config" not in summary:
+        summary = RunSummary.read(run_dir)
+    except SummaryError as error:
+        raise ConfigError(f"resume={error}") from None
+    if summary.config is None:
         raise ConfigError(f"resume={run_dir}: the run failed before it started; nothing to resume")
-    if summary["status"] in ("completed", "diverged"):
+    if summary.ended:
         log.info(
             "%s already %s at step %d; nothing to resume",
             run_dir,
-            summary["status"],
-            summary["steps_done"],
+            summary.status,
+            summary.steps_done,
         )
-        return summary["final_loss"]
+        return summary.final_loss
     checkpoint = load_checkpoint(run_dir)
-    if checkpoint["config"] != summary["config"]:
+    if checkpoint["config"] != summary.config:
         raise ConfigError(f"resume={run_dir}: checkpoint.pt was written by another config")
-    for stale in ("ended_at", "signal", "error"):
-        summary.pop(stale, None)
-    summary["resumes"] = summary.get("resumes", 0) + 1
+    summary.ended_at = summary.signal = summary.error = None
+    summary.resumes += 1
     config = config_from_dict(checkpoint["config"])
     validate(config)
     sizes = layer_sizes(config)
     shapes = [tuple(w.shape) for w in checkpoint["weights"]]
     if shapes != list(zip(sizes, sizes[1:])):
         raise ConfigError(f"resume={run_dir}: checkpoint weights {shapes} do not fit the config")
-    return _train(config, run_dir, summary, checkpoint)
+    return _run(config, run_dir, summary, checkpoint)
 
 
-def squared_error(
-    x: torch.Tensor, y: torch.Tensor, weights: list[torch.Tensor], activation: Activation
-) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """The article's loss, sum((y_pred - y)^2), and the hidden layers the metrics read."""
-    y_pred, hidden = forward(x, weights, activation)
-    return (y_pred - y).pow(2).sum(), hidden
-
-
-def layer_sizes(config: Config) -> list[int]:
-    return [config.data.d_in, *hidden_sizes(config.model.hidden), config.data.d_out]
-
-
-def make_optimizer(config: Config, weights: list[torch.Tensor]) -> torch.optim.Optimizer | None:
-    """None for the seed's manual update, which the loop applies itself."""
-    if config.optimizer == Optimizer.sgd:
-        return torch.optim.SGD(weights, lr=config.lr)
-    if config.optimizer == Optimizer.adam:
-        return torch.optim.Adam(weights, lr=config.lr)
-    return None
-
-
-def _train(
-    config: Config, run_dir: Path, summary: dict[str, Any], checkpoint: dict[str, Any] | None
+def _run(
+    config: Config, run_dir: Path, summary: RunSummary, checkpoint: dict[str, Any] | None
 ) -> float:
     device = resolve_device(config.device)
-    dtype_name = Dtype(config.dtype).value
-    dtype = getattr(torch, dtype_name)
     activation = resolve_activation(config.activation.target, config.activation.params)
-    if device.type == "cpu":
-        keep_freed_memory()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
     run_dir.mkdir(parents=True, exist_ok=True)
-
-    # One CPU generator in the seed's order (x, y, w1, w2, ...): CPU and GPU runs start identical.
-    generator = torch.Generator("cpu").manual_seed(config.seed)
-    x, y = make_data(config.data.n, config.data.d_in, config.data.d_out, generator)
-    weights = init_weights(layer_sizes(config), generator)
-    if checkpoint is not None:
-        weights = checkpoint["weights"]
-    x, y = x.to(device, dtype), y.to(device, dtype)
-    weights = [w.to(device, dtype).requires_grad_() for w in weights]
-    optimizer = make_optimizer(config, weights)
-    # compile=true: forward and loss, and through AOTAutograd their backward, as compiled kernels.
-    compute_loss = torch.compile(squared_error) if config.compile else squared_error
-    start_step = 0
-    if checkpoint is not None:
-        start_step = checkpoint["step"]
-        if optimizer is not None:
-            optimizer.load_state_dict(checkpoint["optimizer"])
-        torch.set_rng_state(checkpoint["rng_cpu"])
-        if torch.cuda.is_available() and checkpoint["rng_cuda"]:
-            torch.cuda.set_rng_state_all(checkpoint["rng_cuda"])
-
-    summary.update(
-        status="running",
-        device=str(device),
-        dtype=dtype_name,
-        threads=torch.get_num_threads(),
-        versions=versions(),
-    )
-    sink = Sink(run_dir, summary, purge_step=start_step if checkpoint is not None else None)
-    if checkpoint is None:
-        sink.declare(hparams(config, device))
-    stream = MetricStream(
-        sink,
-        config.data.n,
-        hidden_sizes(config.model.hidden),
-        weights,
-        min_loss=checkpoint["min_loss"] if checkpoint else math.inf,
-        final_loss=checkpoint["final_loss"] if checkpoint else math.nan,
-        stop_on_divergence=config.stop_on_divergence,
-        print_every=config.print_every,
-    )
-    progress = Progress(config.steps, start_step, lambda: stream.final_loss, not config.quiet)
-    previous_wall_time = checkpoint["wall_time_s"] if checkpoint else 0.0
-    start = time.perf_counter()
-    step = start_step
-
-    def save(step: int) -> None:
-        stream.flush()  # so the checkpoint's min/final loss cover every step before it
-        log.debug("checkpoint at step %d", step)
-        save_checkpoint(
-            run_dir,
-            {
-                "step": step,
-                "weights": [w.detach() for w in weights],
-                "optimizer": optimizer.state_dict() if optimizer is not None else {},
-                "rng_cpu": torch.get_rng_state(),
-                "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "config": config_dict(config),
-                "min_loss": stream.min_loss,
-                "final_loss": stream.final_loss,
-                "wall_time_s": previous_wall_time + time.perf_counter() - start,
-            },
-        )
-
-    def finish(status: str, **fields: Any) -> None:
-        segment_time = time.perf_counter() - start
-        wall_time = previous_wall_time + segment_time
-        # Steps this process ran, past a divergence too (until a flush saw it).
-        executed_steps = step - start_step
-        sink.update(
-            status=status,
-            ended_at=now(),
-            steps_done=stream.diverged_at + 1 if stream.stopped else step,
-            final_loss=stream.final_loss,
-            min_loss=stream.min_loss if math.isfinite(stream.min_loss) else math.nan,
-            wall_time_s=wall_time,
-            steps_per_s=(executed_steps / segment_time) if segment_time > 0 else None,
-            **fields,
-        )
-        sink.close()
-
-    with StopSignals() as stop:
+    with job_environment(device, config.threads) as stop:
+        x, y, state = build_state(config, device, checkpoint)
+        start_step = state.step
+        summary.status = "running"
+        summary.device = str(device)
+        summary.dtype = Dtype(config.dtype).value
+        summary.threads = torch.get_num_threads()
+        summary.versions = versions()
+        summary.write(run_dir)
+        events = EventWriter(run_dir, purge_step=start_step if checkpoint is not None else None)
+        if checkpoint is None:
+            events.declare(hparams(config, device))
+        recorder = Recorder(config, state, events)
+        progress = Progress(config.steps, start_step, lambda: state.final_loss, not config.quiet)
         try:
-            while step < config.steps and not stream.stopped and stop.signum is None:
-                loss, hidden = compute_loss(x, y, weights, activation)
-                loss.backward()
-                # Print steps are recorded too: their lines come from the flushed rows.
-                recording = (
-                    step % config.log_every == 0
-                    or step % config.print_every == config.print_every - 1
-                    or step == config.steps - 1
-                )
-                with torch.no_grad():
-                    if recording:
-                        stream.record_gradients(loss, [w.grad for w in weights], hidden)
-                    if optimizer is None:
-                        for w in weights:
-                            # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in
-                            # the gradient, which is then dropped instead of zeroed: the same
-                            # values, without a temporary, a fill and an accumulate per weight.
-                            w -= w.grad.mul_(config.lr)
-                            w.grad = None
-                    else:
-                        optimizer.step()
-                        optimizer.zero_grad()
-                    if recording:
-                        stream.record_weights(step)
-                step += 1
-                progress.update(step)
-                if config.checkpoint_every and step % config.checkpoint_every == 0:
-                    save(step)
-            stream.flush()
-            progress.close()
+            train_loop(config, run_dir, x, y, state, activation, recorder, stop, progress)
         except Exception as error:
-            progress.close()
-            finish("failed", error=f"{type(error).__name__}: {error}")
+            summary.error = f"{type(error).__name__}: {error}"
+            finish(run_dir, summary, state, recorder, start_step, "failed")
             raise
-        if not stream.stopped:
-            save(step)
+        finally:
+            progress.close()
+        if not recorder.stopped:
+            save_state(run_dir, config, state)
         if stop.signum is not None:
-            finish("interrupted", signal=signal.Signals(stop.signum).name)
+            summary.signal = signal.Signals(stop.signum).name
+            finish(run_dir, summary, state, recorder, start_step, "interrupted")
             log.warning(
-                "interrupted by %s at step %d; checkpoint written",
-                signal.Signals(stop.signum).name,
-                step,
+                "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
             )
             raise Interrupted(stop.signum)
-    status = "completed" if stream.diverged_at is None else "diverged"
-    last_step = stream.diverged_at if stream.stopped else step - 1
-    sink.hparams_end(max(last_step, 0), stream.final_loss, stream.min_loss)
-    finish(status, diverged_at_step=stream.diverged_at)
-    if stream.diverged_at is not None:
-        log.warning("diverged: non-finite loss at step %d", stream.diverged_at)
-    return stream.final_loss
+    status = "completed" if recorder.diverged_at is None else "diverged"
+    last_step = recorder.diverged_at if recorder.stopped else state.step - 1
+    events.hparams_end(max(last_step, 0), state.final_loss, state.min_loss)
+    summary.diverged_at_step = recorder.diverged_at
+    finish(run_dir, summary, state, recorder, start_step, status)
+    if recorder.diverged_at is not None:
+        log.warning("diverged: non-finite loss at step %d", recorder.diverged_at)
+    return state.final_loss
+
+
+def finish(
+    run_dir: Path,
+    summary: RunSummary,
+    state: RunState,
+    recorder: Recorder,
+    start_step: int,
+    status: str,
+) -> None:
+    """Record the run's outcome in summary.json and close its event file."""
+    segment_time = time.perf_counter() - state.segment_start
+    summary.status = status
+    summary.ended_at = now()
+    summary.steps_done = recorder.diverged_at + 1 if recorder.stopped else state.step
+    summary.final_loss = state.final_loss
+    summary.min_loss = state.min_loss if math.isfinite(state.min_loss) else math.nan
+    summary.wall_time_s = state.wall_time_s
+    # Steps this process ran, past a divergence too (until a flush saw it).
+    executed_steps = state.step - start_step
+    summary.steps_per_s = executed_steps / segment_time if segment_time > 0 else None
+    summary.write(run_dir)
+    recorder.events.close()

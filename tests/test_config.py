@@ -4,22 +4,22 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from omegaconf import OmegaConf
 
+from reluexp import hydra_glue
 from reluexp.activations import resolve_activation
-from reluexp.cli import CONF_DIR, EXPERIMENTS_DIR
 from reluexp.config import Config, ConfigError, Dtype, validate
+from tests.helpers import REPO_ROOT
 
 # Every shipped activation; `custom` is the user's slot, tested on its own.
-ACTIVATIONS = sorted(p.stem for p in (CONF_DIR / "activation").glob("*.yaml") if p.stem != "custom")
-EXPERIMENTS = sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
+ACTIVATIONS = sorted(
+    p.stem for p in (REPO_ROOT / "conf" / "activation").glob("*.yaml") if p.stem != "custom"
+)
+EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments").glob("*.yaml"))
 
 
 def compose_config(*overrides: str) -> Config:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return OmegaConf.to_object(compose("config", overrides=list(overrides)))
+    return hydra_glue.task_config(hydra_glue.compose_config(list(overrides)))
 
 
 def test_defaults_are_the_reference_experiment():
@@ -34,7 +34,7 @@ def test_defaults_are_the_reference_experiment():
     assert (config.lr, config.steps, config.seed, config.device) == (1e-6, 500, 42, "auto")
     assert config.activation.name == "myrelu" and config.dtype is Dtype.float32
     assert (config.log_every, config.print_every) == (1, 100)
-    # The dataclass defaults (for train.run() callers) are the same values the YAML holds.
+    # The defaults are the schema's: YAML states none of them again.
     assert asdict(config) == asdict(Config())
 
 
@@ -65,8 +65,7 @@ def test_activation_params_reach_the_callable():
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_every_experiment_composes(name):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
+    cfg = hydra_glue.compose_config([f"experiment={name}"])
     assert cfg.hydra.sweeper.params, f"{name} sweeps nothing"
 
 

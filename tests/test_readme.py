@@ -46,8 +46,18 @@ def test_the_readme_has_commands_to_run():
     assert "python -m reluexp" in commands()
 
 
+def write_config_files(directory):
+    """The README's YAML blocks of the user's own configs, at the paths the text gives them."""
+    paths = re.findall(r"`(my_configs/\S+\.yaml)`[^`]*?:\n\n```yaml\n(.*?)```", README, flags=re.S)
+    assert len(paths) == 2
+    for path, text in paths:
+        (directory / path).parent.mkdir(parents=True, exist_ok=True)
+        (directory / path).write_text(text)
+
+
 @pytest.mark.parametrize("command", commands())
 def test_readme_command_works_as_written(tmp_path, command):
+    write_config_files(tmp_path)
     worked_example = "my_relu.MyReLU" in command
     if worked_example:
         # The README's worked example: its Function, with the bug it plants.

@@ -152,7 +152,7 @@ def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
     run_cli(f"resume={run_dir}", cwd=tmp_path)
     resumed = summary(run_dir)
     assert resumed["status"] == "completed" and resumed["steps_done"] == steps
-    assert resumed["resumes"] == 1 and "signal" not in resumed
+    assert resumed["resumes"] == 1 and resumed["signal"] is None
 
     reference_dir = tmp_path / "uninterrupted"
     config = config_from_dict(stopped["config"])

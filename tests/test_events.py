@@ -1,4 +1,4 @@
-"""The sink's event encoding and reading against protobuf's messages and TensorBoard's reader."""
+"""The event encoding and reading against protobuf's messages and TensorBoard's reader."""
 
 import math
 
@@ -7,7 +7,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from reluexp.sink import ScalarEvents, Sink, read_scalars, varint
+from reluexp.events import EventWriter, ScalarEvents, read_scalars, varint
 
 
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 2**35])
@@ -44,11 +44,11 @@ def tensorboards_view(run_dir, tags):
 
 def test_read_scalars_sees_a_resumed_run_as_tensorboard_does(tmp_path):
     tags = ["loss/train", "grad_norm/w1", "never/written"]
-    first = Sink(tmp_path, {})
+    first = EventWriter(tmp_path)
     first.scalars(tags[:2], range(10), [1.0] * 10, [[step + 0.5, -step] for step in range(10)])
     first.close()
     # The resumed part starts again at step 6: what the first part logged from there is dropped.
-    resumed = Sink(tmp_path, {}, purge_step=6)
+    resumed = EventWriter(tmp_path, purge_step=6)
     resumed.scalars(tags[:2], range(6, 8), [2.0] * 2, [[100.0, 7.0], [101.0, 8.0]])
     resumed.close()
     ours = read_scalars(tmp_path, tags)
@@ -57,9 +57,9 @@ def test_read_scalars_sees_a_resumed_run_as_tensorboard_does(tmp_path):
 
 
 def test_read_scalars_stops_at_a_torn_record(tmp_path):
-    sink = Sink(tmp_path, {})
-    sink.scalars(["loss/train"], [0, 1], [1.0, 1.0], [[3.0], [2.0]])
-    sink.close()
+    writer = EventWriter(tmp_path)
+    writer.scalars(["loss/train"], [0, 1], [1.0, 1.0], [[3.0], [2.0]])
+    writer.close()
     (events_file,) = tmp_path.glob("events.out.tfevents.*")
     intact = events_file.read_bytes()
     events_file.write_bytes(intact[:-5])  # the last record's tail never reached the disk

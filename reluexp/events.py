@@ -1,7 +1,6 @@
-"""The one place that writes a run's TensorBoard events and its summary.json."""
+"""TensorBoard event files: the one place that writes a run's events, and reads them back."""
 
 import itertools
-import json
 import os
 import socket
 import struct
@@ -73,13 +72,6 @@ def hparam_value(value: Any) -> tuple[struct_pb2.Value, int]:
     if isinstance(value, int | float):
         return struct_pb2.Value(number_value=value), api_pb2.DATA_TYPE_FLOAT64
     return struct_pb2.Value(string_value=str(value)), api_pb2.DATA_TYPE_STRING
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON to a temp file and rename it over `path`, so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n")
-    os.replace(tmp, path)
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -212,36 +204,16 @@ def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, floa
     return scalars
 
 
-def record_failure(run_dir: Path, overrides: Sequence[str], error: BaseException) -> None:
-    """summary.json for a job that failed before its run could write one."""
-    write_json_atomic(
-        run_dir / "summary.json",
-        {
-            "status": "failed",
-            "error": f"{type(error).__name__}: {error}",
-            "overrides": list(overrides),
-        },
-    )
+class EventWriter:
+    """Streams one run's scalars, hparams and chart layout into one TensorBoard run (its dir)."""
 
-
-class Sink:
-    """Streams one run's scalars into one TensorBoard run (the run dir) and keeps summary.json."""
-
-    def __init__(self, run_dir: Path, summary: dict[str, Any], purge_step: int | None = None):
-        self.run_dir = run_dir
-        self.summary = dict(summary)
+    def __init__(self, run_dir: Path, purge_step: int | None = None):
         self._events = EventFile(run_dir)
         self._encoders: dict[tuple[str, ...], ScalarEvents] = {}
         if purge_step is not None:
             # A resumed run: TensorBoard drops events at or after this step left by the lost part.
             start = SessionLog(status=SessionLog.START)
             self._events.write([Event(wall_time=time.time(), step=purge_step, session_log=start)])
-        self.update(status="running")
-
-    def update(self, **fields: Any) -> None:
-        """Merge fields into summary.json and rewrite it atomically."""
-        self.summary.update(fields)
-        write_json_atomic(self.run_dir / "summary.json", self.summary)
 
     def scalars(
         self,

@@ -1,0 +1,1 @@
+"""The named studies, shipped in the package as reluexp.experiments."""

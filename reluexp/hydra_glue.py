@@ -1,0 +1,77 @@
+"""Hydra glue shared by the entry points (`python -m reluexp`, `reluexp.check`): where the
+configs are, the resolvers they use, the named studies, and composition errors as one line."""
+
+import copy
+import os
+import re
+from datetime import datetime
+from importlib import resources
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from reluexp.config import Config
+
+# conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
+# wheel finds them from any directory, and an editable install finds the repository's.
+CONFIG_MODULE = "reluexp.conf"
+CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
+EXPERIMENTS_MODULE = "reluexp.experiments"
+
+
+def run_id() -> str:
+    """A directory name unique across processes and below one second: time, microseconds, pid."""
+    return f"{datetime.now():%Y-%m-%d_%H-%M-%S.%f}_{os.getpid()}"
+
+
+# Cached, like Hydra's own `now`, so every read of hydra.run.dir gives the same name.
+OmegaConf.register_new_resolver("run_id", run_id, use_cache=True)
+# `resume=<dir>` continues in that directory; Hydra's own files for it go beside the first ones.
+OmegaConf.register_new_resolver(
+    "run_dir", lambda resume: resume or f"outputs/runs/{run_id()}", use_cache=True
+)
+OmegaConf.register_new_resolver(
+    "hydra_subdir",
+    lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",
+    use_cache=True,
+)
+
+# Named studies live at the top level, outside conf/; each becomes an option of `experiment=`.
+# A user's own `experiment/NAME.yaml` on hydra.searchpath joins them through Hydra itself.
+for preset in sorted(resources.files(EXPERIMENTS_MODULE).iterdir(), key=lambda p: p.name):
+    if preset.name.endswith(".yaml"):
+        ConfigStore.instance().store(
+            group="experiment",
+            name=preset.name.removesuffix(".yaml"),
+            node=OmegaConf.create(preset.read_text()),
+            package="_global_",
+        )
+
+
+def task_config(cfg: DictConfig) -> Config:
+    """The typed task config: the composed config without its `hydra` node."""
+    cfg = copy.deepcopy(cfg)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    return OmegaConf.to_object(cfg)
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The config `python -m reluexp OVERRIDES` would run, `hydra` node included."""
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+def one_line(error: BaseException) -> str:
+    """Hydra's and OmegaConf's multi-line composition errors, as one line."""
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else type(error).__name__
+    cause = str(error.__cause__).strip() if error.__cause__ is not None else ""
+    if cause:
+        line = f"{line.rstrip('.')}: {cause.splitlines()[0]}"
+    # A missing group option comes with the available ones, one per tab-indented line.
+    options = re.findall(r"^\t(\S+)$", text, flags=re.M)
+    if options:
+        line += f"; available: {', '.join(options)}"
+    return line
