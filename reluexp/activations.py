@@ -2,10 +2,12 @@
 
 import functools
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,14 +18,38 @@ from reluexp.config import ConfigError
 Activation = Callable[[torch.Tensor], torch.Tensor]
 
 
-def import_object(path: str) -> object:
-    """Import `pkg.module.attr.subattr` by its longest importable module prefix."""
+def refuse_modules_under(module_name: str, refused: Sequence[Path]) -> None:
+    """Refuse, before running any of it, a module (or a package above it) that lives in one
+    of the refused directories. find_spec locates without executing; each package above was
+    checked before find_spec of its child imports it."""
+    parts = module_name.split(".")
+    for end in range(1, len(parts) + 1):
+        try:
+            spec = importlib.util.find_spec(".".join(parts[:end]))
+        except (ImportError, ValueError):
+            return
+        if spec is None:
+            return
+        locations = [spec.origin, *(spec.submodule_search_locations or [])]
+        for location in filter(None, locations):
+            place = Path(location).resolve()
+            if any(place.is_relative_to(directory) for directory in refused):
+                raise ConfigError(
+                    f"{module_name!r} is inside {place.parent}: code in a run directory or the "
+                    "outputs tree is never imported"
+                )
+
+
+def import_object(path: str, refused: Sequence[Path] = ()) -> object:
+    """Import `pkg.module.attr.subattr` by its longest importable module prefix, never from
+    the refused directories."""
     # The console script, unlike `python -m`, does not put the current directory on the path.
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
     parts = path.split(".")
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
+        refuse_modules_under(module_name, refused)
         try:
             obj = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
@@ -51,5 +77,7 @@ def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:
     raise ConfigError(f"{path!r} is a {type(obj).__name__}, not a Function, Module or function")
 
 
-def resolve_activation(path: str, params: dict[str, Any] | None = None) -> Activation:
-    return as_activation(import_object(path), params or {}, path)
+def resolve_activation(
+    path: str, params: dict[str, Any] | None = None, refused: Sequence[Path] = ()
+) -> Activation:
+    return as_activation(import_object(path, refused), params or {}, path)

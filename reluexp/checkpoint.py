@@ -1,7 +1,9 @@
-"""Checkpoints, written atomically and loaded with weights_only=True so nothing in them runs."""
+"""Checkpoints, written atomically, verified against their archive's CRC32s, and loaded with
+weights_only=True so nothing in them runs."""
 
 import os
 import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,11 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
     """
     path = run_dir / CHECKPOINT_NAME
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed save (a full disk) leaves the old checkpoint
 
 
 def load_checkpoint(run_dir: Path) -> dict[str, Any]:
@@ -28,6 +33,19 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
     path = run_dir / CHECKPOINT_NAME
     if not path.is_file():
         raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_NAME} in that directory")
+    # torch.load does not check the CRC32 that torch.save writes for every record: altered
+    # weight bytes would load silently and resume to another result.
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (OSError, zipfile.BadZipFile, EOFError) as error:
+        raise ConfigError(
+            f"resume={run_dir}: {CHECKPOINT_NAME} is unreadable, truncated or corrupt ({error})"
+        ) from None
+    if damaged is not None:
+        raise ConfigError(
+            f"resume={run_dir}: {CHECKPOINT_NAME} is corrupt: {damaged} fails its CRC32 check"
+        )
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:

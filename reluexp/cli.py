@@ -1,8 +1,10 @@
-"""The Hydra app: compose the typed config, find the run dir, call train.run()."""
+"""`python -m reluexp`: the Hydra app. Compose the typed config, run it in its run dir, and say
+in one line on stderr how it ended."""
 
 import logging
 import math
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,7 +13,6 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn
 from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
@@ -20,12 +21,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from reluexp import report, train
+from reluexp.activations import resolve_activation
 from reluexp.config import Config, ConfigError, validate
-from reluexp.environment import resolve_device
+from reluexp.environment import check_memory, resolve_device
 from reluexp.hydra_glue import CONFIG_PATH, one_line, task_config
-from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
+from reluexp.summary import RunSummary, SummaryError
 
 log = logging.getLogger("reluexp")
+# A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
+traceback_log = logging.getLogger("reluexp.traceback")
 
 
 def exit_with(error: ConfigError) -> None:
@@ -35,14 +39,26 @@ def exit_with(error: ConfigError) -> None:
 
 
 def check_writable(key: str, directory: str) -> None:
+    """The directory takes files: a read-only place or a full disk is one line before Hydra
+    writes anything there (the probe is the size of a run's first files)."""
     path = Path(directory)
+    created = not path.exists()
+    probe = path / ".reluexp_write_probe"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".reluexp_write_probe"
-        probe.touch()
-        probe.unlink()
+        probe.write_bytes(bytes(64 * 1024))
     except OSError as error:
+        probe.unlink(missing_ok=True)
+        if created and path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
         exit_with(ConfigError(f"{key}={directory}: cannot write there ({error.strerror})"))
+    probe.unlink()
+
+
+def check_job_name(name: str) -> None:
+    """hydra.job.name names the log file: it must be one valid file name."""
+    if not name or "/" in name or "\0" in name or name in (".", "..") or len(name.encode()) > 250:
+        raise ConfigError(f"hydra.job.name={name!r}: must be a valid file name (no '/')")
 
 
 class Lifecycle(Callback):
@@ -68,14 +84,21 @@ class Lifecycle(Callback):
                     )
                 )
         try:
+            check_job_name(config.hydra.job.name)
             typed = task_config(config)
             validate(typed)
-            resolve_device(typed.device)
+            check_memory(typed, resolve_device(typed.device))
+            if config.resume is None:  # a resumed run imports its own, stored target
+                resolve_activation(typed.activation.target, typed.activation.params)
         except ConfigError as error:
             exit_with(error)
         check_writable("hydra.run.dir", config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            check_job_name(config.hydra.job.name)
+        except ConfigError as error:
+            exit_with(error)
         check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
@@ -98,36 +121,24 @@ class Lifecycle(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """The sweep's summary; failed jobs make the sweep exit non-zero, after all have run."""
-        sweep_dir = Path(config.hydra.sweep.dir)
-        jobs = report.write_report(sweep_dir)
-        failed = [job for job in jobs if job.summary.status == "failed"]
-        log.info("Sweep summary: %s", sweep_dir / "summary.md")
-        if failed:
-            log.error(
-                "%d of %d jobs failed; see %s", len(failed), len(jobs), sweep_dir / "summary.md"
-            )
+        jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
+        if any(job.summary.status == "failed" for job in jobs):
             sys.exit(1)
+
+
+def write_sweep_summary(sweep_dir: Path) -> list[report.Job]:
+    jobs = report.write_report(sweep_dir)
+    failed = [job for job in jobs if job.summary.status == "failed"]
+    log.info("Sweep summary: %s", sweep_dir / "summary.md")
+    if failed:
+        log.error("%d of %d jobs failed; see %s", len(failed), len(jobs), sweep_dir / "summary.md")
+    return jobs
 
 
 def count_jobs(job_config: DictConfig) -> int | None:
     """How many jobs the sweep launches: Optuna's n_trials, or the size of the grid."""
-    if "n_trials" in job_config.hydra.sweeper:
-        return job_config.hydra.sweeper.n_trials
-    # The grid's own overrides: a job's config holds only its point of the grid.
-    multirun_yaml = Path(job_config.hydra.sweep.dir) / "multirun.yaml"
-    if not multirun_yaml.is_file():
-        return None
-    hydra_config = OmegaConf.load(multirun_yaml).hydra
-    # The preset's params, overridden key by key by the command line, as BasicSweeper does.
-    grid = {str(k): str(v) for k, v in (hydra_config.sweeper.get("params") or {}).items()}
-    for override in hydra_config.overrides.task:
-        key, _, value = override.partition("=")
-        grid[key] = value
-    total = 1
-    for parsed in OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in grid.items()]):
-        if parsed.is_sweep_override():
-            total *= len(list(parsed.sweep_string_iterator()))
-    return total
+    planned = report.planned_jobs(Path(job_config.hydra.sweep.dir))
+    return planned if planned is None or isinstance(planned, int) else len(planned)
 
 
 def threads_for(hydra_config: DictConfig) -> int | None:
@@ -140,28 +151,55 @@ def threads_for(hydra_config: DictConfig) -> int | None:
     return max(1, cores // min(n_jobs, cores))
 
 
-def closing_line(run_dir: Path) -> str:
-    """The run's outcome in one line, with the command that opens its dashboard."""
-    summary = RunSummary.read(run_dir)
-    run_dir = Path(os.path.relpath(run_dir)) if run_dir.is_relative_to(Path.cwd()) else run_dir
-    return (
-        f"reluexp: {summary.status} after {summary.steps_done} steps, final loss "
-        f"{summary.final_loss!r}. Run dir: {run_dir}. Dashboard: tensorboard --logdir {run_dir}"
-    )
+def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
+    """The run's outcome in one line: its directory, how to resume it, how to see it."""
+    summary = summary or RunSummary.read(run_dir)
+    shown = Path(os.path.relpath(run_dir)) if run_dir.is_relative_to(Path.cwd()) else run_dir
+    quoted = shlex.quote(str(shown))
+    line = f"reluexp: {summary.status}"
+    if summary.steps_done is not None:
+        line += f" after {summary.steps_done} steps"
+    if summary.status == "failed":
+        line += f": {summary.error}. Run dir: {shown} (traceback in {shown / 'reluexp.log'})."
+    else:
+        line += f", final loss {summary.final_loss!r}. Run dir: {shown}."
+    if summary.warnings:
+        line += f" Warnings: {'; '.join(summary.warnings)}."
+    if summary.status == "interrupted":
+        line += f" Resume: python -m reluexp resume={quoted}."
+    return f"{line} Dashboard: tensorboard --logdir {quoted}"
+
+
+def hydra_quoted_resume(arg: str) -> str:
+    """`resume=<dir>` as a user pastes it, quoted for Hydra: job directories hold `=` and `,`."""
+    value = arg.removeprefix("resume=")
+    if not arg.startswith("resume=") or value == "null" or value[:1] in ("'", '"'):
+        return arg
+    return "resume='" + value.replace("'", "\\'") + "'"
 
 
 def main() -> None:
     """The console script and `python -m reluexp`: a composition error is one line, exit 2."""
+    sys.argv[1:] = [hydra_quoted_resume(arg) for arg in sys.argv[1:]]
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         task()  # the user asked for Hydra's full trace
         return
     # Hydra then raises composition errors to us instead of printing them over several lines.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    # A log file on a full disk: its handler's failure is not the user's traceback to read.
+    logging.raiseExceptions = False
     try:
         task()
     except (HydraException, OmegaConfBaseException) as error:
         print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
         sys.exit(2)
+    except OSError as error:  # Hydra writing the run's own files (a full or read-only disk)
+        where = f" {error.filename}" if error.filename else ""
+        print(
+            f"reluexp: error: cannot write the run's files{where}: {error.strerror}",
+            file=sys.stderr,
+        )
+        sys.exit(1)
     finally:
         del os.environ["HYDRA_FULL_ERROR"]
 
@@ -190,28 +228,47 @@ def task(cfg: DictConfig) -> float:
 
 
 def run_job(config: Config, hydra_config: DictConfig) -> float:
-    """One run or sweep job; in a sweep a failure is a result, recorded, not raised."""
+    """One run or sweep job. Its outcome reaches stderr in one line (a sweep's job lines come
+    from Lifecycle); a failure in a sweep is a result, recorded, and the other jobs run."""
     run_dir = Path(hydra_config.runtime.output_dir)
     overrides = list(hydra_config.overrides.task)
+    single = hydra_config.mode != RunMode.MULTIRUN
     try:
         if config.resume is not None:
             final_loss = train.resume(run_dir)
         else:
             final_loss = train.run(config, run_dir, overrides=overrides)
-        if hydra_config.mode != RunMode.MULTIRUN:
-            print(closing_line(run_dir), file=sys.stderr)
-        return final_loss
     except train.Interrupted as interrupted:
+        print(closing_line(run_dir), file=sys.stderr)
+        if not single:
+            # The jobs after this one will not start: the summary lists them so.
+            write_sweep_summary(Path(hydra_config.sweep.dir))
         sys.exit(128 + interrupted.signum)
     except Exception as error:
-        if hydra_config.mode != RunMode.MULTIRUN:
-            if isinstance(error, ConfigError):
-                exit_with(error)
-            raise
-        # In a sweep a failure is a result: record it, let the other jobs run.
-        if not (run_dir / SUMMARY_NAME).is_file():
-            RunSummary(
-                status="failed", overrides=overrides, error=f"{type(error).__name__}: {error}"
-            ).write(run_dir)
+        if single and isinstance(error, ConfigError):
+            exit_with(error)
+        traceback_log.error("%s failed", run_dir, exc_info=error)
+        summary = record_failure(run_dir, overrides, error)
+        if single:
+            print(closing_line(run_dir, summary), file=sys.stderr)
+            sys.exit(1)
         log.error("job failed: %s: %s", type(error).__name__, error)
         return math.nan
+    if single:
+        print(closing_line(run_dir), file=sys.stderr)
+    return final_loss
+
+
+def record_failure(run_dir: Path, overrides: list[str], error: Exception) -> RunSummary:
+    """The failed run's summary; written here when the run could not write it itself."""
+    try:
+        summary = RunSummary.read(run_dir)
+    except SummaryError:
+        summary = RunSummary(overrides=overrides)
+    if summary.status != "failed":
+        summary.status, summary.error = "failed", f"{type(error).__name__}: {error}"
+        try:
+            summary.write(run_dir)
+        except OSError as write_error:
+            log.error("%s: could not record the failure (%s)", run_dir, write_error.strerror)
+    return summary

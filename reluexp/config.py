@@ -83,6 +83,9 @@ class Config:
         return step % self.print_every == self.print_every - 1
 
 
+MAX_INT32 = 2**31 - 1
+
+
 def hidden_sizes(hidden: Any) -> list[int]:
     """`model.hidden` as a list of layer widths."""
     sizes = list(hidden) if isinstance(hidden, list | tuple) else [hidden]
@@ -130,6 +133,9 @@ def validate(config: Config) -> None:
     )
     if config.threads is not None:
         _require(config.threads >= 1, "threads", config.threads, "must be >= 1 (or null)")
+        _require(config.threads <= MAX_INT32, "threads", config.threads, f"at most {MAX_INT32}")
+    # torch.Generator.manual_seed takes what fits in 64 bits, signed or not.
+    _require(-(2**63) <= config.seed < 2**64, "seed", config.seed, "must fit in 64 bits")
 
 
 def config_dict(config: Config) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 sets and puts back, so every job of an in-process sweep runs exactly as it would alone."""
 
 import ctypes
+import errno
+import fcntl
 import functools
 import logging
 import os
@@ -18,7 +20,7 @@ from typing import Any
 import torch
 
 import reluexp
-from reluexp.config import ConfigError
+from reluexp.config import Config, ConfigError, Dtype, hidden_sizes, layer_sizes
 
 log = logging.getLogger("reluexp")
 
@@ -164,3 +166,64 @@ def job_environment(device: torch.device, threads: int | None) -> Iterator[StopS
         torch.set_rng_state(saved_rng)
         if saved_cuda_rng is not None:
             torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+LOCK_NAME = ".reluexp.lock"
+
+
+@contextmanager
+def hold_run(run_dir: Path) -> Iterator[None]:
+    """One process at a time trains in a run directory: a second (say, a second `resume=` of
+    the same run) is refused. The lock is the kernel's: a killed process releases it."""
+    lock = open(run_dir / LOCK_NAME, "a+")  # noqa: SIM115 (closed below)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise ConfigError(
+                f"{run_dir}: another reluexp process (pid {holder}) is training in it"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield
+    finally:
+        lock.close()
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes the run can still allocate on the device; None where it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        try:
+            meminfo = Path("/proc/meminfo").read_text()
+        except OSError:
+            return None
+        for line in meminfo.splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def check_memory(config: Config, device: torch.device) -> None:
+    """Refuse sizes whose tensors cannot fit before allocating any (a lower bound of a step's
+    peak: data, weights with their gradients and optimizer state, each layer's two activations
+    and its gradient)."""
+    sizes = layer_sizes(config)
+    weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
+    activations = config.data.n * (sum(hidden_sizes(config.model.hidden)) + config.data.d_out)
+    elements = config.data.n * (config.data.d_in + config.data.d_out) + 4 * weights
+    needed = (elements + 3 * activations) * getattr(torch, Dtype(config.dtype).value).itemsize
+    available = available_memory(device)
+    if available is not None and needed > available:
+        raise ConfigError(
+            f"data.n={config.data.n}, data.d_in={config.data.d_in}, "
+            f"model.hidden={config.model.hidden}, data.d_out={config.data.d_out}: needs at "
+            f"least {needed / 2**30:.3g} GiB on {device}, {available / 2**30:.3g} GiB available"
+        )

@@ -38,11 +38,13 @@ def squared_norm(tensor: torch.Tensor, out: torch.Tensor) -> None:
 
 @dataclass
 class MetricRows:
-    """A flushed block: the steps, their wall times and one host row (metric_tags order) each."""
+    """A flushed block: the steps, their wall times and one host row (metric_tags order) each,
+    with each hidden layer's count of live units."""
 
     steps: list[int]
     times: list[float]
     rows: list[list[float]]
+    live_units: list[list[int]]
 
 
 class MetricStream:
@@ -149,17 +151,18 @@ class MetricStream:
         """The recorded rows, with one host copy per block; the blocks are then free again."""
         n = len(self.steps)
         if n == 0:
-            return MetricRows([], [], [])
+            return MetricRows([], [], [], [])
         # A unit is alive when some example of the batch gives it a nonzero activation.
         live = (self.unit_max[:n] != 0) | (self.unit_min[:n] != 0)
         alive = torch.stack(
             [torch.count_nonzero(live[:, a:b], dim=1) for a, b in self.layer_columns], dim=1
         )
+        live_units = alive.tolist()
         rows = [
             self.host_row(*row)
-            for row in zip(self.scalars[:n].tolist(), self.norms[:n].tolist(), alive.tolist())
+            for row in zip(self.scalars[:n].tolist(), self.norms[:n].tolist(), live_units)
         ]
-        block = MetricRows(list(self.steps), list(self.times), rows)
+        block = MetricRows(list(self.steps), list(self.times), rows, live_units)
         self.steps.clear()
         self.times.clear()
         self.last_flush = time.perf_counter()

@@ -2,28 +2,37 @@
 
     python -m reluexp.report outputs/multirun/<sweep>
 
-Works on any sweep directory, finished, interrupted or still running. Writes summary.csv,
-summary.md and loss_curves.png into it.
+Works on any sweep directory, finished, interrupted or still running: every job the sweep
+planned is listed with its status (`not started` included), and the losses aggregate the
+completed runs only. Writes summary.csv, summary.md and loss_curves.png into it.
 """
 
 import csv
 import io
 import math
+import re
 import statistics
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from reluexp.checkpoint import CHECKPOINT_NAME
 from reluexp.events import read_scalars
-from reluexp.summary import SUMMARY_NAME, RunSummary
+from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
+
+STATUSES = ("completed", "diverged", "interrupted", "failed", "running", "not started")
+UNREADABLE = "unreadable"
 
 
 @dataclass
 class Job:
-    run_dir: Path
+    # None: the sweep planned the job but never made its directory.
+    run_dir: Path | None
     summary: RunSummary
 
     @property
@@ -38,25 +47,81 @@ class Group:
     label: str
     jobs: list[Job] = field(default_factory=list)
 
+    @property
+    def completed(self) -> list[Job]:
+        return [job for job in self.jobs if job.summary.status == "completed"]
+
     def values(self, key: str) -> list[float]:
-        values = [getattr(job.summary, key) for job in self.jobs]
+        """A summary field of the completed jobs: runs stopped early would bias the mean."""
+        values = [getattr(job.summary, key) for job in self.completed]
         return [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
 
 
+def read_job(run_dir: Path) -> Job:
+    """A job directory as a Job; what cannot be read is `unreadable` with the reason."""
+    overrides_yaml = run_dir / ".hydra" / "overrides.yaml"
+    overrides: list[str] = []
+    try:
+        if overrides_yaml.exists():
+            overrides = [str(o) for o in OmegaConf.load(overrides_yaml)]
+    except Exception as error:  # binary garbage, wrong YAML: this job only
+        reason = f".hydra/overrides.yaml: {type(error).__name__}"
+        return Job(run_dir, RunSummary(status=UNREADABLE, error=reason))
+    if (run_dir / SUMMARY_NAME).is_file():
+        try:
+            return Job(run_dir, RunSummary.read(run_dir))
+        except SummaryError as error:
+            summary = RunSummary(status=UNREADABLE, overrides=overrides, error=str(error))
+            return Job(run_dir, summary)
+    if (run_dir / CHECKPOINT_NAME).is_file() or any(run_dir.glob("events.out.tfevents.*")):
+        reason = f"no {SUMMARY_NAME}, but it trained (events or checkpoint present)"
+        return Job(run_dir, RunSummary(status=UNREADABLE, overrides=overrides, error=reason))
+    return Job(run_dir, RunSummary(status="not started", overrides=overrides))
+
+
+def planned_jobs(sweep_dir: Path) -> list[list[str]] | int | None:
+    """The overrides of every job, in job order, as Hydra's basic sweeper makes them; for a
+    sweeper that chooses as it goes (Optuna), only how many; None without multirun.yaml."""
+    multirun_yaml = sweep_dir / "multirun.yaml"
+    if not multirun_yaml.is_file():
+        return None
+    hydra_config = OmegaConf.load(multirun_yaml).hydra
+    if "n_trials" in hydra_config.sweeper:
+        return int(hydra_config.sweeper.n_trials)
+    # The preset's params, then the command line: BasicSweeper's own order and merge.
+    params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
+    overrides = OverridesParser.create().parse_overrides(params + list(hydra_config.overrides.task))
+    return BasicSweeper.split_arguments(overrides, None)[0]
+
+
+def job_number(run_dir: Path) -> tuple[int, str]:
+    """Job directories start with the job number: `10_...` after `9_...`."""
+    number = re.match(r"\d+", run_dir.name)
+    return (int(number.group()) if number else math.inf, run_dir.name)
+
+
 def find_jobs(sweep_dir: Path) -> list[Job]:
-    """Every job directory below sweep_dir; one without summary.json never started training."""
+    """Every job of the sweep in job order: its directory's state, or `not started`."""
+    dirs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()), key=job_number)
+    found = [read_job(run_dir) for run_dir in dirs]
+    planned = planned_jobs(sweep_dir)
+    if isinstance(planned, int):
+        missing = max(planned - len(found), 0)
+        never = [f"(trial {len(found) + i})" for i in range(missing)]
+        return found + [Job(None, RunSummary(status="not started", overrides=[o])) for o in never]
+    if planned is None:
+        return found
+    unmatched = list(found)
     jobs = []
-    for run_dir in sorted(p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()):
-        if (run_dir / SUMMARY_NAME).is_file():
-            summary = RunSummary.read(run_dir)
+    for overrides in planned:
+        job = next((job for job in unmatched if job.summary.overrides == overrides), None)
+        if job is None:
+            job = Job(None, RunSummary(status="not started", overrides=overrides))
         else:
-            overrides = run_dir / ".hydra" / "overrides.yaml"
-            summary = RunSummary(
-                status="not started",
-                overrides=list(OmegaConf.load(overrides)) if overrides.is_file() else [],
-            )
-        jobs.append(Job(run_dir, summary))
-    return jobs
+            unmatched.remove(job)
+        jobs.append(job)
+    # Directories the plan does not name (a damaged overrides.yaml) are listed all the same.
+    return jobs + unmatched
 
 
 def group_jobs(jobs: list[Job]) -> list[Group]:
@@ -66,40 +131,59 @@ def group_jobs(jobs: list[Job]) -> list[Group]:
     return sorted(groups.values(), key=lambda group: group.label)
 
 
-def mean_std(values: list[float]) -> str:
+def statistics_of(values: list[float]) -> dict[str, float | None]:
     if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.5g}"
-    return f"{statistics.mean(values):.5g} ± {statistics.stdev(values):.2g}"
+        return {"mean": None, "std": None, "min": None, "max": None}
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": statistics.mean(values), "std": std, "min": min(values), "max": max(values)}
 
 
-def table(groups: list[Group]) -> list[dict[str, str]]:
+def table(groups: list[Group]) -> list[dict[str, object]]:
+    """One row of numbers per group (the CSV); the Markdown table formats them."""
     rows = []
     for group in groups:
         statuses = Counter(job.summary.status for job in group.jobs)
         errors = [job.summary.error for job in group.jobs if job.summary.error]
         steps_per_s = group.values("steps_per_s")
-        rows.append(
-            {
-                "group": group.label,
-                "n": str(len(group.jobs)),
-                "final loss": mean_std(group.values("final_loss")),
-                "min loss": mean_std(group.values("min_loss")),
-                "steps/s": f"{statistics.mean(steps_per_s):.0f}" if steps_per_s else "–",
-                "status": ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items())),
-                "error": errors[0] if errors else "",
-            }
-        )
+        row: dict[str, object] = {"group": group.label, "jobs": len(group.jobs)}
+        for key in ("final_loss", "min_loss"):
+            for stat, value in statistics_of(group.values(key)).items():
+                row[f"{key}_{stat}"] = value
+        row["steps_per_s"] = statistics.mean(steps_per_s) if steps_per_s else None
+        for status in (*STATUSES, UNREADABLE):
+            row[status.replace(" ", "_")] = statuses.get(status, 0)
+        warned = [job.summary.warnings for job in group.jobs if job.summary.warnings]
+        row["jobs_with_warnings"] = len(warned)
+        row["warning"] = warned[0][0] if warned else ""
+        row["error"] = errors[0] if errors else ""
+        rows.append(row)
     return rows
 
 
-def markdown(rows: list[dict[str, str]]) -> str:
-    columns = list(rows[0]) if rows else ["group"]
+def number(value: object, digits: int = 5) -> str:
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def markdown(rows: list[dict[str, object]]) -> str:
+    columns = ["group", "jobs", "final loss", "min loss", "steps/s", "status", "warnings", "error"]
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for row in rows:
-        cells = [row[c].replace("|", "\\|") for c in columns]
-        lines.append("| " + " | ".join(cells) + " |")
+        statuses = [
+            f"{status}: {row[status.replace(' ', '_')]}"
+            for status in (*STATUSES, UNREADABLE)
+            if row[status.replace(" ", "_")]
+        ]
+        cells = [
+            str(row["group"]),
+            str(row["jobs"]),
+            f"{number(row['final_loss_mean'])} ± {number(row['final_loss_std'], 2)}",
+            f"{number(row['min_loss_mean'])} ± {number(row['min_loss_std'], 2)}",
+            number(row["steps_per_s"], 4),
+            ", ".join(statuses),
+            f"{row['jobs_with_warnings']}: {row['warning']}" if row["warning"] else "",
+            str(row["error"]),
+        ]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -113,6 +197,8 @@ def plot(groups: list[Group], path: Path) -> None:
     for group in groups:
         by_step: dict[int, list[float]] = defaultdict(list)
         for job in group.jobs:
+            if job.run_dir is None or job.summary.status == UNREADABLE:
+                continue
             for step, value in read_scalars(job.run_dir, ["loss/train"])["loss/train"].items():
                 if math.isfinite(value) and value > 0:
                     by_step[step].append(value)
@@ -146,8 +232,12 @@ def write_report(sweep_dir: Path) -> list[Job]:
     writer.writerows(rows)
     (sweep_dir / "summary.csv").write_text(buffer.getvalue())
     statuses = Counter(job.summary.status for job in jobs)
-    header = f"# Sweep {sweep_dir.name}\n\n{len(jobs)} jobs: " + ", ".join(
-        f"{s}: {n}" for s, n in sorted(statuses.items())
+    completed = statuses["completed"]
+    header = (
+        f"# Sweep {sweep_dir.name}\n\n{len(jobs)} jobs: "
+        + ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))
+        + f". Losses aggregate the {completed} completed runs"
+        + (f" ({len(jobs) - completed} left out)." if completed < len(jobs) else ".")
     )
     (sweep_dir / "summary.md").write_text(f"{header}\n\n{markdown(rows)}")
     plot(groups, sweep_dir / "loss_curves.png")
@@ -163,9 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     if not sweep_dir.is_dir():
         print(f"reluexp.report: error: {sweep_dir}: not a directory", file=sys.stderr)
         return 2
-    jobs = write_report(sweep_dir)
-    if not jobs:
+    if not any((p / ".hydra").is_dir() for p in sweep_dir.iterdir()):
         print(f"reluexp.report: error: {sweep_dir}: no job directories in it", file=sys.stderr)
+        return 2
+    try:
+        write_report(sweep_dir)
+    except OSError as error:
+        where = error.filename or sweep_dir
+        print(f"reluexp.report: error: {where}: cannot write ({error.strerror})", file=sys.stderr)
         return 2
     print((sweep_dir / "summary.md").read_text())
     print(f"Wrote {sweep_dir / 'summary.csv'}, summary.md and loss_curves.png")

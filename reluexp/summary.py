@@ -10,10 +10,14 @@ SUMMARY_NAME = "summary.json"
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON to a temp file and rename it over `path`, so readers never see half a file."""
+    """Write JSON to a temp file and rename it over `path`, so readers never see half a file;
+    a failed write (a full disk) leaves the old file and no temp file."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class SummaryError(ValueError):
@@ -45,6 +49,8 @@ class RunSummary:
     diverged_at_step: int | None = None
     signal: str | None = None
     error: str | None = None
+    # What the run saw that its status does not say (gradients that vanished, dead layers).
+    warnings: list[str] = field(default_factory=list)
     resumes: int = 0
 
     def write(self, run_dir: Path) -> None:

@@ -26,14 +26,23 @@ from reluexp.config import (
     validate,
 )
 from reluexp.data import make_data
-from reluexp.environment import StopSignals, job_environment, resolve_device, versions
+from reluexp.environment import (
+    StopSignals,
+    check_memory,
+    hold_run,
+    job_environment,
+    resolve_device,
+    versions,
+)
 from reluexp.events import EventWriter
 from reluexp.metrics import MetricStream, metric_tags
 from reluexp.model import forward, init_weights
 from reluexp.progress import Progress
-from reluexp.summary import RunSummary, SummaryError
+from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
 
 log = logging.getLogger("reluexp")
+# The article's `step loss` lines: the only lines on stdout (conf/config.yaml).
+loss_log = logging.getLogger("reluexp.losses")
 
 
 class Interrupted(Exception):
@@ -118,15 +127,36 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
 
 class Recorder:
     """What a flushed block of metric rows means for the run: its events, the article's loss
-    lines, the min and final loss, and divergence (a non-finite loss). Each rule is here once."""
+    lines, the min and final loss, divergence (a non-finite loss) and warnings (gradients that
+    vanished). Each rule is here once."""
 
-    def __init__(self, config: Config, state: RunState, events: EventWriter):
+    def __init__(self, config: Config, state: RunState, events: EventWriter, warnings: list[str]):
         self.config = config
         self.state = state
         self.events = events
         self.stream = MetricStream(config.data.n, hidden_sizes(config.model.hidden), state.weights)
         self.tags = metric_tags(len(state.weights))
+        self.total_grad_norm = self.tags.index("grad_norm/total")
         self.diverged_at: int | None = None
+        # The run's warnings (summary.json's list, shared): each kind once, resumed runs too.
+        self.warnings = warnings
+
+    def warn(self, kind: str, step: int, consequence: str) -> None:
+        if not any(warning.startswith(kind) for warning in self.warnings):
+            self.warnings.append(f"{kind} from step {step}: {consequence}")
+            log.warning("warning: %s", self.warnings[-1])
+
+    def watch(self, step: int, row: list[float], live_units: list[int]) -> None:
+        """A network that stopped learning looks `completed`: say so."""
+        if row[self.total_grad_norm] == 0:
+            self.warn("gradients vanished", step, "total gradient norm exactly 0, no weight moves")
+        for layer, live in enumerate(live_units, 1):
+            if live == 0:
+                self.warn(
+                    f"hidden layer {layer} dead",
+                    step,
+                    "every unit is 0 on the whole batch, no gradient passes it",
+                )
 
     @property
     def stopped(self) -> bool:
@@ -138,6 +168,7 @@ class Recorder:
         if not rows:
             return
         for i, (step, row) in enumerate(zip(block.steps, rows)):
+            self.watch(step, row, block.live_units[i])
             if math.isfinite(row[0]):
                 self.state.min_loss = min(self.state.min_loss, row[0])
             elif self.diverged_at is None:
@@ -148,7 +179,7 @@ class Recorder:
         for step, row in zip(block.steps, rows):
             if self.config.prints_at(step):
                 # The article's line (step, repr of the loss), from the flushed value: no .item().
-                log.info("%d %r", step, row[0])
+                loss_log.info("%d %r", step, row[0])
         self.state.final_loss = rows[-1][0]
         log.debug("flushed %d metric rows up to step %d", len(rows), block.steps[-1])
         self.events.scalars(self.tags, block.steps, block.times, rows)
@@ -262,6 +293,11 @@ def resume(run_dir: Path) -> float:
     summary.resumes += 1
     config = config_from_dict(checkpoint["config"])
     validate(config)
+    # The stored config is code in the way any Hydra config is: say what it will import.
+    params = f" with params {config.activation.params}" if config.activation.params else ""
+    log.info(
+        "resuming %s: importing activation.target=%s%s", run_dir, config.activation.target, params
+    )
     sizes = layer_sizes(config)
     shapes = [tuple(w.shape) for w in checkpoint["weights"]]
     if shapes != list(zip(sizes, sizes[1:])):
@@ -269,13 +305,24 @@ def resume(run_dir: Path) -> float:
     return _run(config, run_dir, summary, checkpoint)
 
 
+def run_files(run_dir: Path) -> list[Path]:
+    """Where runs keep their files: data, never code to import (a resumed run's stored
+    activation.target could otherwise name a module placed there)."""
+    run_dir = run_dir.resolve()
+    outputs = [p for p in run_dir.parents if p.name == "outputs"]
+    return [run_dir, *outputs, (Path.cwd() / "outputs").resolve()]
+
+
 def _run(
     config: Config, run_dir: Path, summary: RunSummary, checkpoint: dict[str, Any] | None
 ) -> float:
     device = resolve_device(config.device)
-    activation = resolve_activation(config.activation.target, config.activation.params)
+    check_memory(config, device)
+    activation = resolve_activation(
+        config.activation.target, config.activation.params, refused=run_files(run_dir)
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
-    with job_environment(device, config.threads) as stop:
+    with hold_run(run_dir), job_environment(device, config.threads) as stop:
         x, y, state = build_state(config, device, checkpoint)
         start_step = state.step
         summary.status = "running"
@@ -287,30 +334,38 @@ def _run(
         events = EventWriter(run_dir, purge_step=start_step if checkpoint is not None else None)
         if checkpoint is None:
             events.declare(hparams(config, device))
-        recorder = Recorder(config, state, events)
+        recorder = Recorder(config, state, events, summary.warnings)
         progress = Progress(config.steps, start_step, lambda: state.final_loss, not config.quiet)
         try:
             train_loop(config, run_dir, x, y, state, activation, recorder, stop, progress)
+            if not recorder.stopped:
+                save_state(run_dir, config, state)
+            if stop.signum is not None:
+                summary.signal = signal.Signals(stop.signum).name
+                finish(run_dir, summary, state, recorder, start_step, "interrupted")
+                log.warning(
+                    "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
+                )
+                raise Interrupted(stop.signum)
+            last_step = recorder.diverged_at if recorder.stopped else state.step - 1
+            events.hparams_end(max(last_step, 0), state.final_loss, state.min_loss)
+        except Interrupted:
+            raise
         except Exception as error:
             summary.error = f"{type(error).__name__}: {error}"
             finish(run_dir, summary, state, recorder, start_step, "failed")
             raise
         finally:
             progress.close()
-        if not recorder.stopped:
-            save_state(run_dir, config, state)
-        if stop.signum is not None:
-            summary.signal = signal.Signals(stop.signum).name
-            finish(run_dir, summary, state, recorder, start_step, "interrupted")
-            log.warning(
-                "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
-            )
-            raise Interrupted(stop.signum)
-    status = "completed" if recorder.diverged_at is None else "diverged"
-    last_step = recorder.diverged_at if recorder.stopped else state.step - 1
-    events.hparams_end(max(last_step, 0), state.final_loss, state.min_loss)
     summary.diverged_at_step = recorder.diverged_at
-    finish(run_dir, summary, state, recorder, start_step, status)
+    finish(
+        run_dir,
+        summary,
+        state,
+        recorder,
+        start_step,
+        "completed" if recorder.diverged_at is None else "diverged",
+    )
     if recorder.diverged_at is not None:
         log.warning("diverged: non-finite loss at step %d", recorder.diverged_at)
     return state.final_loss
@@ -324,7 +379,8 @@ def finish(
     start_step: int,
     status: str,
 ) -> None:
-    """Record the run's outcome in summary.json and close its event file."""
+    """Record the run's outcome in summary.json and close its event file. Recording a failure
+    must not hide it: a summary that cannot be written then (a full disk) is only logged."""
     segment_time = time.perf_counter() - state.segment_start
     summary.status = status
     summary.ended_at = now()
@@ -335,5 +391,10 @@ def finish(
     # Steps this process ran, past a divergence too (until a flush saw it).
     executed_steps = state.step - start_step
     summary.steps_per_s = executed_steps / segment_time if segment_time > 0 else None
-    summary.write(run_dir)
-    recorder.events.close()
+    try:
+        summary.write(run_dir)
+        recorder.events.close()
+    except OSError as error:
+        if status != "failed":
+            raise
+        log.error("%s: could not record the failure (%s)", run_dir / SUMMARY_NAME, error.strerror)

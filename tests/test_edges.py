@@ -1,0 +1,372 @@
+"""Off the happy path: pasted paths, redirected output, dead networks, interrupted sweeps,
+damaged files, concurrent resumes, full disks, absurd values and run directories as code."""
+
+import csv
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from reluexp import report, train
+from reluexp.checkpoint import CHECKPOINT_NAME
+from reluexp.cli import hydra_quoted_resume
+from reluexp.config import Config, ConfigError
+from reluexp.environment import hold_run
+from reluexp.events import read_scalars
+from tests.helpers import run_cli
+from tests.test_reliability import SMALL, STEPS, interrupted_run, small_config, summary
+
+LOSS_LINE = re.compile(r"\d+ -?[0-9.e+-]+|\d+ (nan|inf)")
+
+
+def only_loss_lines(stdout: str) -> bool:
+    return all(LOSS_LINE.fullmatch(line) for line in stdout.splitlines())
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "reluexp", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+# 1. Resume a sweep job as a user pastes its directory.
+
+
+def test_resume_paths_are_quoted_for_hydras_grammar():
+    job = "outputs/multirun/x/1_checkpoint_every=100,seed=1"
+    assert hydra_quoted_resume(f"resume={job}") == f"resume='{job}'"
+    assert hydra_quoted_resume("resume='already quoted'") == "resume='already quoted'"
+    assert hydra_quoted_resume("resume=null") == "resume=null"
+    assert hydra_quoted_resume("seed=1,2") == "seed=1,2"
+    assert hydra_quoted_resume("resume=it's") == "resume='it\\'s'"
+
+
+@pytest.mark.slow
+def test_a_sweep_jobs_directory_resumes_as_pasted(tmp_path):
+    run_cli("-m", "seed=1", "steps=20", "checkpoint_every=10", *SMALL, cwd=tmp_path)
+    (job_dir,) = (tmp_path / "outputs" / "multirun").glob("*/0_*")
+    assert "=" in job_dir.name and "," in job_dir.name
+    state = summary(job_dir)
+    state["status"] = "interrupted"  # as a SIGTERM leaves it
+    (job_dir / "summary.json").write_text(json.dumps(state))
+    pasted = str(job_dir.relative_to(tmp_path))
+    result = run_cli(f"resume={pasted}", cwd=tmp_path)
+    assert summary(job_dir)["status"] == "completed" and summary(job_dir)["resumes"] == 1
+    assert f"Run dir: {pasted}." in result.stderr
+
+
+# 2. stdout holds the article's loss lines only; the closing line reaches stderr on every exit.
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_says_where_it_is_and_how_to_resume_on_stderr(tmp_path):
+    process = start(
+        f"steps={STEPS}", "checkpoint_every=200", "print_every=100", *SMALL[:-1], cwd=tmp_path
+    )
+    wait_for(next_run_dir(tmp_path) / CHECKPOINT_NAME)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130
+    assert stdout and only_loss_lines(stdout)
+    closing = stderr.strip().splitlines()[-1]
+    resume = re.search(r"Resume: (python -m reluexp resume=\S+)\.", closing).group(1)
+    assert closing.startswith("reluexp: interrupted after")
+    # The printed command works when pasted.
+    resumed = subprocess.run(
+        [sys.executable, *shlex.split(resume)[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.strip().splitlines()[-1].startswith("reluexp: completed")
+
+
+def next_run_dir(cwd: Path) -> Path:
+    runs = cwd / "outputs" / "runs"
+    wait_for(runs)
+    deadline = time.monotonic() + 60
+    while not list(runs.iterdir()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return next(runs.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "code", "status"),
+    [
+        (["steps=200"], 0, "completed"),
+        (["steps=200", "lr=10"], 0, "diverged"),
+        (["steps=20", "activation.target=torch.Tensor.nonzero"], 1, "failed"),
+    ],
+)
+def test_every_exit_ends_with_one_closing_line_on_stderr(tmp_path, args, code, status):
+    result = run_cli(
+        *args, f"hydra.run.dir={tmp_path / 'run'}", *SMALL[:-1], cwd=tmp_path, check=False
+    )
+    assert result.returncode == code
+    assert only_loss_lines(result.stdout)
+    assert "Traceback" not in result.stderr
+    closing = result.stderr.strip().splitlines()[-1]
+    assert closing.startswith(f"reluexp: {status} after") and "Run dir: " in closing
+    if status == "failed":
+        assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in closing
+        # The whole traceback is kept, in the run's log.
+        assert "Traceback" in (tmp_path / "run" / "reluexp.log").read_text()
+        assert summary(tmp_path / "run")["status"] == "failed"
+
+
+# 3. A network that stopped learning is not silently `completed`.
+
+
+def test_a_dead_network_gets_warnings_and_a_healthy_one_none(tmp_path):
+    dead = Config(device="cpu", steps=5)
+    dead.model.hidden = [256, 128]  # --help's deeper example: randn weights kill layer 2
+    train.run(dead, tmp_path / "dead")
+    warnings = summary(tmp_path / "dead")["warnings"]
+    assert [w.split(" from step")[0] for w in warnings] == [
+        "gradients vanished",
+        "hidden layer 2 dead",
+    ]
+    assert summary(tmp_path / "dead")["status"] == "completed"
+    train.run(Config(device="cpu", steps=5), tmp_path / "alive")
+    assert summary(tmp_path / "alive")["warnings"] == []
+
+
+def fake_sweep(sweep_dir: Path, jobs: dict[str, Config | None]) -> None:
+    """Job directories as Hydra lays them out, trained in-process (None: never trained)."""
+    for number, (overrides, config) in enumerate(jobs.items()):
+        job_dir = sweep_dir / f"{number}_{overrides}"
+        (job_dir / ".hydra").mkdir(parents=True)
+        (job_dir / ".hydra" / "overrides.yaml").write_text(f"- {overrides}\n")
+        if config is not None:
+            train.run(config, job_dir, overrides=[overrides])
+
+
+def test_the_sweep_summary_shows_warnings(tmp_path):
+    dead = small_config(steps=3)
+    dead.model.hidden = [256, 128]
+    dead.data.d_in = 1000
+    fake_sweep(tmp_path, {"model.hidden=[256,128]": dead, "model.hidden=20": small_config(steps=3)})
+    report.write_report(tmp_path)
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    assert rows["model.hidden=[256,128]"]["jobs_with_warnings"] == "1"
+    assert rows["model.hidden=20"]["jobs_with_warnings"] == "0"
+    assert "1: gradients vanished from step" in (tmp_path / "summary.md").read_text()
+
+
+# 4. An interrupted sweep lists every job; losses aggregate completed runs only.
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_path):
+    process = start(
+        "-m", "seed=1,2,3,4", f"steps={STEPS}", "checkpoint_every=200", *SMALL, cwd=tmp_path
+    )
+    multirun = tmp_path / "outputs" / "multirun"
+    wait_for(multirun)
+    deadline = time.monotonic() + 120
+    while not list(multirun.glob(f"*/0_*/{CHECKPOINT_NAME}")):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143
+    (sweep_dir,) = multirun.iterdir()
+    text = (sweep_dir / "summary.md").read_text()
+    assert "4 jobs: interrupted: 1, not started: 3" in text
+    assert "Losses aggregate the 0 completed runs (4 left out)" in text
+    (row,) = csv.DictReader((sweep_dir / "summary.csv").open())
+    assert (row["jobs"], row["interrupted"], row["not_started"]) == ("4", "1", "3")
+    assert row["final_loss_mean"] == ""  # nothing completed: no mean of runs stopped early
+    assert "reluexp: interrupted after" in stderr and "Resume: python -m reluexp resume=" in stderr
+
+
+def test_a_job_that_trained_but_lost_its_summary_is_not_not_started(tmp_path):
+    fake_sweep(
+        tmp_path, {"seed=1": small_config(steps=3), "seed=2": small_config(steps=3), "seed=3": None}
+    )
+    (tmp_path / "0_seed=1" / "summary.json").unlink()
+    jobs = {tuple(job.summary.overrides): job.summary for job in report.find_jobs(tmp_path)}
+    assert jobs[("seed=1",)].status == "unreadable"
+    assert "no summary.json, but it trained" in jobs[("seed=1",)].error
+    assert jobs[("seed=2",)].status == "completed"
+    assert jobs[("seed=3",)].status == "not started"
+
+
+# 5. A checkpoint whose bytes were altered is refused.
+
+
+def test_a_checkpoint_with_altered_bytes_is_refused(tmp_path):
+    run_dir = interrupted_run(tmp_path / "run")
+    path = run_dir / CHECKPOINT_NAME
+    data = bytearray(path.read_bytes())
+    middle = data.index(b"data/0") + 2000  # inside the first weight's bytes
+    data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=r"checkpoint.pt is corrupt: \S+ fails its CRC32 check"):
+        train.resume(run_dir)
+
+
+# 6. One bad job does not take the sweep summary down; an unwritable one is one line.
+
+
+def test_report_lists_unreadable_jobs_and_reports_the_others(tmp_path, capsys):
+    jobs = {f"seed={seed}": small_config(steps=3, seed=seed) for seed in (1, 2, 3)}
+    fake_sweep(tmp_path, jobs)
+    (tmp_path / "0_seed=1" / "summary.json").write_text("{not json")
+    (tmp_path / "1_seed=2" / ".hydra" / "overrides.yaml").write_bytes(bytes(range(256)) * 4)
+    assert report.main([str(tmp_path)]) == 0
+    found = report.find_jobs(tmp_path)
+    statuses = sorted(job.summary.status for job in found)
+    assert statuses == ["completed", "unreadable", "unreadable"]
+    errors = " ".join(job.summary.error or "" for job in found)
+    assert "summary.json: unreadable" in errors and ".hydra/overrides.yaml:" in errors
+    (tmp_path / "summary.csv").unlink()
+    (tmp_path / "summary.csv").mkdir()  # what root cannot write either
+    assert report.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"reluexp.report: error: {tmp_path / 'summary.csv'}: cannot write (Is a directory)"
+    )
+
+
+# 7. One process trains in a run directory at a time.
+
+
+def test_a_second_resume_of_a_run_in_use_is_refused(tmp_path):
+    run_dir = interrupted_run(tmp_path / "run")
+    with (
+        hold_run(run_dir),
+        pytest.raises(ConfigError, match=rf"pid {os.getpid()}\) is training in it"),
+    ):
+        train.resume(run_dir)
+    train.resume(run_dir)  # released: it resumes
+    assert summary(run_dir)["status"] == "completed"
+
+
+# 8. A full disk: one line, the run marked failed where possible, events still readable.
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_run_is_one_line_and_a_failed_run(tmp_path, small_disk):
+    run_dir = small_disk / "run"
+    # Enough steps for the event file to outgrow the disk.
+    args = ["steps=100000", "checkpoint_every=0", f"hydra.run.dir={run_dir}", *SMALL]
+    result = run_cli(*args, cwd=tmp_path, check=False)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "Logging error" not in result.stderr
+    closing = result.stderr.strip().splitlines()[-1]
+    assert "No space left on device" in closing and "Run dir: disk/run " in closing
+    assert not list(run_dir.glob(".*.tmp"))
+    state = summary(run_dir)
+    assert state["status"] in ("failed", "running")  # failed, unless not even that fitted
+    assert read_scalars(run_dir, ["loss/train"])["loss/train"]
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_start_is_one_line_and_leaves_no_directory(tmp_path, small_disk):
+    with pytest.raises(OSError), (small_disk / "filler").open("wb", buffering=0) as filler:
+        for _ in range(1000):
+            filler.write(bytes(4096))
+    run_dir = small_disk / "run"
+    result = run_cli("steps=5", f"hydra.run.dir={run_dir}", *SMALL, cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"reluexp: error: hydra.run.dir={run_dir}: cannot write there (No space left on device)"
+    )
+    assert not run_dir.exists()
+
+
+# 9. Values that cannot run are one line before any directory is made.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["data.n=1000000000", "data.d_in=1000000000"],
+            "reluexp: error: data.n=1000000000, data.d_in=1000000000",
+        ),
+        (
+            ["seed=100000000000000000000"],
+            "reluexp: error: seed=100000000000000000000: must fit in 64 bits",
+        ),
+        (["threads=10000000000"], "reluexp: error: threads=10000000000: at most 2147483647"),
+        (["hydra.job.name=a/b"], "reluexp: error: hydra.job.name='a/b': must be a valid file name"),
+        (["activation.target=no.such.Thing"], "reluexp: error: 'no.such.Thing': not an importable"),
+    ],
+)
+def test_values_that_cannot_run_are_one_line_and_leave_no_directory(tmp_path, args, message):
+    result = run_cli(*args, cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == result.stderr.strip().splitlines()[0]
+    assert result.stderr.startswith(message), result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_sizes_that_cannot_fit_fail_before_allocating(tmp_path):
+    config = small_config(steps=1)
+    config.data.n = config.data.d_in = 10**9
+    with pytest.raises(ConfigError, match=r"needs at least .* GiB on cpu"):
+        train.run(config, tmp_path)
+
+
+# 11. A run directory is data: resume never imports code from it.
+
+
+def test_resume_never_imports_code_from_the_run_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_dir = interrupted_run(tmp_path / "outputs" / "runs" / "r")
+    marker = tmp_path / "pwned"
+    (run_dir / "evil.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nrelu = lambda x: x\n"
+    )
+    state = summary(run_dir)
+    state["config"]["activation"]["target"] = "outputs.runs.r.evil.relu"
+    (run_dir / "summary.json").write_text(json.dumps(state))
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    checkpoint["config"] = state["config"]
+    torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
+    with pytest.raises(
+        ConfigError, match="code in a run directory or the outputs tree is never imported"
+    ):
+        train.resume(run_dir)
+    assert not marker.exists()
