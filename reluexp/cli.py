@@ -5,6 +5,7 @@ import logging
 import math
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +24,13 @@ from omegaconf.errors import OmegaConfBaseException
 from reluexp import report, train
 from reluexp.activations import resolve_activation
 from reluexp.config import Config, ConfigError, validate
-from reluexp.environment import check_memory, resolve_device
+from reluexp.environment import (
+    check_memory,
+    child_processes,
+    command_line,
+    resolve_device,
+    stop_processes,
+)
 from reluexp.hydra_glue import CONFIG_PATH, one_line, task_config
 from reluexp.summary import RunSummary, SummaryError
 
@@ -100,6 +107,8 @@ class Lifecycle(Callback):
         except ConfigError as error:
             exit_with(error)
         check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
+        if in_worker_processes(config.hydra):
+            stop_workers_on_signals(Path(config.hydra.sweep.dir))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """In a sweep, one line per finished job: [3/12] activation=relu seed=1 completed ..."""
@@ -141,10 +150,33 @@ def count_jobs(job_config: DictConfig) -> int | None:
     return planned if planned is None or isinstance(planned, int) else len(planned)
 
 
+def in_worker_processes(hydra_config: DictConfig) -> bool:
+    """Jobs run in joblib's local worker processes, not in the process that launched them."""
+    return "joblib" in str(hydra_config.launcher.get("_target_", ""))
+
+
+def stop_workers_on_signals(sweep_dir: Path) -> None:
+    """SIGINT/SIGTERM to a parallel sweep reach its workers: each job stops at a step boundary
+    (checkpoint, `interrupted`); then the sweep summary is written and the sweep exits."""
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signum, signal.SIG_IGN)  # one stop at a time
+        # loky's resource tracker ends by itself once the workers are gone (signalled, it
+        # prints a traceback); the workers stop at a step boundary.
+        workers = [pid for pid in child_processes() if "resource_tracker" not in command_line(pid)]
+        stop_processes(workers, signum)
+        write_sweep_summary(sweep_dir)
+        # Exit now: the launcher would only wait on workers that are gone.
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+
+
 def threads_for(hydra_config: DictConfig) -> int | None:
     """Parallel local jobs share the cores: each gets its slice, so none oversubscribes."""
     launcher = hydra_config.launcher
-    if "joblib" not in str(launcher.get("_target_", "")):
+    if not in_worker_processes(hydra_config):
         return None
     cores = os.cpu_count() or 1
     n_jobs = launcher.n_jobs if launcher.n_jobs > 0 else cores
@@ -240,6 +272,12 @@ def run_job(config: Config, hydra_config: DictConfig) -> float:
             final_loss = train.run(config, run_dir, overrides=overrides)
     except train.Interrupted as interrupted:
         print(closing_line(run_dir), file=sys.stderr)
+        if in_worker_processes(hydra_config):
+            # A worker stopped by its sweep ends here rather than take the next queued job; the
+            # sweep's parent writes the summary once every worker has stopped.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + interrupted.signum)
         if not single:
             # The jobs after this one will not start: the summary lists them so.
             write_sweep_summary(Path(hydra_config.sweep.dir))

@@ -1,6 +1,7 @@
 """The process a run lives in: its device, versions, signals, and the process-wide state a job
 sets and puts back, so every job of an in-process sweep runs exactly as it would alone."""
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -11,6 +12,7 @@ import platform
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from importlib import metadata
@@ -227,3 +229,46 @@ def check_memory(config: Config, device: torch.device) -> None:
             f"model.hidden={config.model.hidden}, data.d_out={config.data.d_out}: needs at "
             f"least {needed / 2**30:.3g} GiB on {device}, {available / 2**30:.3g} GiB available"
         )
+
+
+def child_processes() -> list[int]:
+    """The pids of this process's children (a parallel launcher's workers), from /proc."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone since the glob
+        if int(fields[1]) == os.getpid():
+            children.append(int(stat.parent.name))
+    return children
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def stop_processes(pids: list[int], signum: int, timeout: float = 120.0) -> None:
+    """Pass the signal on and wait for each process to end; kill what outlives the timeout."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pid for pid in alive if Path(f"/proc/{pid}").exists() and not is_zombie(pid)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

@@ -203,6 +203,45 @@ def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_pa
     assert "reluexp: interrupted after" in stderr and "Resume: python -m reluexp resume=" in stderr
 
 
+def descendants(pid: int) -> set[int]:
+    """Every process below pid, from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_joblib_sweep_stops_its_workers_and_writes_the_summary(tmp_path):
+    joblib = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    args = ["-m", *joblib, "seed=1,2,3,4", f"steps={STEPS * 10}", "checkpoint_every=200", *SMALL]
+    process = start(*args, cwd=tmp_path)
+    multirun = tmp_path / "outputs" / "multirun"
+    deadline = time.monotonic() + 120
+    while len(list(multirun.glob(f"*/*/{CHECKPOINT_NAME}"))) < 2:
+        assert time.monotonic() < deadline, "the two workers never checkpointed"
+        time.sleep(0.05)
+    workers = descendants(process.pid)
+    assert workers
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in workers):
+        assert time.monotonic() < deadline, "workers outlived their sweep"
+        time.sleep(0.1)
+    (sweep_dir,) = multirun.iterdir()
+    assert "4 jobs: interrupted: 2, not started: 2" in (sweep_dir / "summary.md").read_text()
+    assert stderr.count("reluexp: interrupted after") == 2
+
+
 def test_a_job_that_trained_but_lost_its_summary_is_not_not_started(tmp_path):
     fake_sweep(
         tmp_path, {"seed=1": small_config(steps=3), "seed=2": small_config(steps=3), "seed=3": None}
