@@ -77,7 +77,25 @@ def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:
     raise ConfigError(f"{path!r} is a {type(obj).__name__}, not a Function, Module or function")
 
 
+def changes_its_input(fn: Activation) -> bool:
+    """Whether fn writes into the tensor it is given (an in-place forward): autograd then
+    differentiates through values that are gone, and every metric of the layer reads the
+    changed ones. Tried once on a small fixed input, never on the run's tensors."""
+    x = torch.linspace(-2.0, 2.0, 64).reshape(8, 8)
+    before = x.clone()
+    with torch.no_grad():
+        fn(x)
+    return not torch.equal(x, before)
+
+
 def resolve_activation(
     path: str, params: dict[str, Any] | None = None, refused: Sequence[Path] = ()
 ) -> Activation:
-    return as_activation(import_object(path, refused), params or {}, path)
+    """The callable a run trains with; one whose forward writes into its input is refused."""
+    activation = as_activation(import_object(path, refused), params or {}, path)
+    if changes_its_input(activation):
+        raise ConfigError(
+            f"activation.target={path}: its forward changes its input in place; autograd and "
+            "the activation metrics would read values that are gone"
+        )
+    return activation

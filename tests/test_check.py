@@ -1,8 +1,10 @@
 """The Function lab: shipped activations pass, planted bugs fail with the right check named."""
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -100,6 +102,24 @@ def test_myrelu_report_matches_an_independent_computation(tmp_path):
             "gradcheck (4, 5)",
             "raised ValueError: planted failure",
         ),
+        (
+            "tests.planted.GELUWrongConstant",
+            "custom",
+            "gradcheck (4, 5)",
+            "finite differences",
+        ),
+        (
+            "tests.planted.InPlaceForward",
+            "custom",
+            "forward keeps its input",
+            "forward changed its input in place",
+        ),
+        (
+            "tests.planted.WrongShapeBackward",
+            "custom",
+            "gradcheck (4, 5)",
+            "Function WrongShapeBackwardBackward returned an invalid gradient at index 0",
+        ),
     ],
 )
 def test_planted_bugs_fail_naming_the_check(
@@ -116,8 +136,11 @@ def test_planted_bugs_fail_naming_the_check(
     assert code == 1 and not report["passed"]
     first_failure = next(c for c in report["checks"] if c["status"] == "fail")
     assert first_failure["check"] == failing_check
-    assert detail in first_failure["detail"]
+    assert detail in first_failure["detail"] and "Spy" not in first_failure["detail"]
     assert f"FAILED {failing_check}: " in capsys.readouterr().err
+    # The training runs part, and that is a problem, not rounding.
+    training = next(c for c in report["checks"] if c["check"] == "training parity")
+    assert "rounding" not in training["detail"]
 
 
 @pytest.mark.parametrize(
@@ -175,3 +198,112 @@ def test_users_own_function_from_the_current_directory(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "custom: gradients correct" in result.stdout
     assert "gradcheck (4, 5)" in result.stdout and "PASS" in result.stdout
+
+
+def test_gelu_with_a_wrong_constant_passes_fast_gradcheck_but_not_the_lab(tmp_path):
+    """Why every element is checked: fast gradcheck on (64, 100) lets 0.4 for 1/sqrt(2 pi)
+    through (it projects the Jacobian onto random vectors)."""
+    from tests.planted import GELUWrongConstant
+
+    x = check.off_kinks((64, 100), torch.Generator().manual_seed(0)).requires_grad_()
+    assert torch.autograd.gradcheck(GELUWrongConstant.apply, (x,), fast_mode=True)
+    code, report = run_check(
+        tmp_path,
+        "activation=custom",
+        "activation.target=tests.planted.GELUWrongConstant",
+        "activation.reference=torch.nn.functional.gelu",
+        "steps=20",
+    )
+    assert code == 1
+    assert statuses(report)["gradcheck (64, 100) fast"] == "pass"
+    assert statuses(report)["derivative (64, 100) every element"] == "fail"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_correct_function_with_another_formula_passes_in_half_precision(tmp_path, dtype):
+    code, report = run_check(
+        tmp_path,
+        "activation=custom",
+        "activation.target=tests.planted.SquarePlus",
+        "activation.reference=tests.planted.square_plus",
+        "steps=3",
+        "lr=1e-12",
+    )
+    assert statuses(report)[f"edge dtype {dtype}"] == "pass"
+    # The rule is not lax: the same Function's float16 results differ from the reference's.
+    x = torch.randn(64, 100, generator=torch.Generator().manual_seed(2)).to(getattr(torch, dtype))
+    from tests.planted import SquarePlus, square_plus
+
+    grads = []
+    for fn in (SquarePlus.apply, square_plus):
+        leaf = x.clone().requires_grad_()
+        fn(leaf).sum().backward()
+        grads.append(leaf.grad)
+    assert code == 0 or dtype == "bfloat16" or not torch.equal(*grads)
+
+
+def test_a_bug_that_only_shows_in_float16_fails_there(tmp_path):
+    code, report = run_check(
+        tmp_path,
+        "activation=custom",
+        "activation.target=tests.planted.SquarePlusHalfOverflow",
+        "activation.reference=tests.planted.square_plus",
+        "steps=3",
+        "lr=1e-12",
+    )
+    by_name = statuses(report)
+    assert code == 1
+    assert by_name["edge dtype float16"] == "fail"
+    assert (by_name["edge dtype bfloat16"], by_name["edge dtype float32"]) == ("pass", "pass")
+    detail = next(c["detail"] for c in report["checks"] if c["check"] == "edge dtype float16")
+    assert re.search(r"got -?inf, reference \S+, float64 truth", detail)
+
+
+def test_messages_carry_the_innermost_cause():
+    try:
+        try:
+            raise ValueError("planted failure in the user's forward")
+        except ValueError as inner:
+            raise RuntimeError("backend='aot_eager' raised:\n") from inner
+    except RuntimeError as error:
+        message = check.raised(error)
+    assert message == (
+        "raised RuntimeError: backend='aot_eager' raised: "
+        "raised ValueError: planted failure in the user's forward"
+    )
+
+
+def test_the_report_gives_the_cost_against_the_reference(tmp_path):
+    code, report = run_check(tmp_path, "activation=myrelu", "steps=3")
+    assert code == 0
+    cost = report["cost"]
+    assert set(cost) == set(check.COST_SIZES)
+    for measured in cost.values():
+        assert measured["function_us"] > 0 and measured["reference_us"] > 0
+        assert measured["ratio"] == measured["function_us"] / measured["reference_us"]
+    line = next(c["detail"] for c in report["checks"] if c["check"].startswith("cost"))
+    assert f"{cost['(64, 100)']['ratio']:.2f}x the reference's time at (64, 100)" in line
+
+
+@pytest.mark.slow
+def test_training_refuses_an_in_place_forward(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reluexp",
+            "activation=custom",
+            "activation.target=tests.planted.InPlaceForward",
+            "steps=5",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "reluexp: error: activation.target=tests.planted.InPlaceForward: its forward changes "
+        "its input in place; autograd and the activation metrics would read values that are gone"
+    )
