@@ -1,13 +1,17 @@
-"""Regenerate docs/tensorboard.png: the real TensorBoard page for a custom_vs_builtin sweep.
+"""Regenerate docs/tensorboard.png and docs/tensorboard_difference.png: the real TensorBoard
+pages for a custom_vs_builtin sweep (Custom Scalars, and the Scalars tab's difference charts).
 
     python docs/screenshot.py [SWEEP_DIR]
 
 Without SWEEP_DIR it runs `python -m reluexp -m experiment=custom_vs_builtin device=cpu` in a
-temporary directory first. Needs Debian's chromium (`apt-get install chromium`). TensorBoard
-listens on 127.0.0.1 only and is stopped at the end.
+temporary directory first. The pictures show the sweep's group runs and its first seed's jobs:
+TensorBoard selects every run by default only up to 40 (the sweep has 35 jobs and 7 groups).
+Needs Debian's chromium (`apt-get install chromium`). TensorBoard listens on 127.0.0.1 only and
+is stopped at the end.
 """
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -45,23 +49,56 @@ def sweep(workdir: Path) -> Path:
     return sweep_dir
 
 
-def wait_for_runs(url: str, expected: int, timeout: float = 120) -> None:
+def wait_for_scalars(url: str, expected: int, tag: str, timeout: float = 180) -> None:
+    """Until `expected` runs hold `tag`: TensorBoard lists runs before it has read them."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{url}/data/runs", timeout=5) as response:
-                if len(json.load(response)) >= expected:
+            with urllib.request.urlopen(f"{url}/data/plugin/scalars/tags", timeout=5) as response:
+                if sum(tag in tags for tags in json.load(response).values()) >= expected:
                     return
         except OSError:
             pass
         time.sleep(0.5)
-    raise SystemExit(f"TensorBoard at {url} did not list {expected} runs in {timeout} s")
+    raise SystemExit(f"TensorBoard at {url} did not load {tag} of {expected} runs in {timeout} s")
+
+
+def first_seed_and_groups(sweep_dir: Path, logdir: Path) -> int:
+    """Copy the group runs and the jobs of the sweep's first seed into logdir; count the jobs."""
+    shutil.copytree(sweep_dir / "groups", logdir / "groups")
+    summaries = {
+        job: json.loads((job / "summary.json").read_text())
+        for job in sweep_dir.iterdir()
+        if (job / "summary.json").is_file()
+    }
+    first_seed = min(summary["seed"] for summary in summaries.values())
+    jobs = [job for job, summary in summaries.items() if summary["seed"] == first_seed]
+    for job in jobs:
+        shutil.copytree(job, logdir / job.name, ignore=shutil.ignore_patterns("*.pt", ".hydra"))
+    return len(jobs)
+
+
+def screenshot(url: str, output: Path, workdir: str) -> None:
+    subprocess.run(
+        [
+            "chromium",
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={workdir}/chromium",
+            f"--screenshot={output}",
+            url,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    print(f"wrote {output}")
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         sweep_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else sweep(Path(workdir))
-        jobs = sum(1 for p in sweep_dir.iterdir() if (p / "summary.json").is_file())
+        logdir = Path(workdir) / "logdir"
+        jobs = first_seed_and_groups(sweep_dir, logdir)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
@@ -70,7 +107,7 @@ def main() -> None:
                 "-m",
                 "tensorboard.main",
                 "--logdir",
-                str(sweep_dir),
+                str(logdir),
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -80,21 +117,11 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            wait_for_runs(url, jobs)
-            output = HERE / "tensorboard.png"
-            subprocess.run(
-                [
-                    "chromium",
-                    *CHROMIUM_FLAGS,
-                    f"--user-data-dir={workdir}/chromium",
-                    f"--screenshot={output}",
-                    f"{url}/#custom_scalars",
-                ],
-                check=True,
-                capture_output=True,
-                timeout=180,
-            )
-            print(f"wrote {output}")
+            wait_for_scalars(url, jobs, "loss/train_log10")
+            wait_for_scalars(url, 1, "group/loss_mean_log10")
+            screenshot(f"{url}/#custom_scalars", HERE / "tensorboard.png", workdir)
+            difference = f"{url}/#scalars&tagFilter=difference&_smoothingWeight=0"
+            screenshot(difference, HERE / "tensorboard_difference.png", workdir)
         finally:
             server.terminate()
             server.wait(timeout=30)

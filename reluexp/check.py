@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from reluexp import train
 from reluexp.activations import Activation, as_activation, changes_its_input, import_object
 from reluexp.config import Config, ConfigError, config_dict, validate
-from reluexp.events import read_scalars
+from reluexp.events import read_scalars, write_loss_difference
 from reluexp.hydra_glue import compose_config, one_line, task_config
 from reluexp.summary import write_json_atomic
 
@@ -460,6 +460,8 @@ def training_parity(
             check_dir / f"train_{side}", ["loss/train", "activation/exact_zeros"]
         )
         series[side] = {tag: list(values.values()) for tag, values in scalars.items()}
+    # The gap as a chart beside the two runs (Custom Scalars' difference chart).
+    write_loss_difference(check_dir / "train_target", check_dir / "train_reference")
     losses, ref_losses = series["target"]["loss/train"], series["reference"]["loss/train"]
     zeros = series["target"]["activation/exact_zeros"]
     parted = next((t for t, (a, b) in enumerate(zip(losses, ref_losses)) if a != b), None)

@@ -44,10 +44,17 @@ class DataConfig:
     d_out: int = 10
 
 
+class Init(str, Enum):
+    # The seed's torch.randn weights; `scaled` multiplies them by sqrt(2 / fan_in).
+    randn = "randn"
+    scaled = "scaled"
+
+
 @dataclass
 class ModelConfig:
     # An int (one hidden layer) or a list of ints (a deeper MLP); checked by validate().
     hidden: Any = 100
+    init: Init = Init.randn
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """TensorBoard event files: the one place that writes a run's events, and reads them back."""
 
 import itertools
+import math
 import os
+import shutil
 import socket
 import struct
 import time
@@ -20,18 +22,33 @@ from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
 # Scalars the HParams tab sorts runs by; written once, at the end of the run.
 HPARAM_METRICS = ("hparams/final_loss", "hparams/min_loss")
-# The Custom Scalars tab: every run's curve of a family on one chart. {category: {chart: tags}}
-LAYOUT = {
-    "loss": {"loss of every run": ["loss/train"]},
+# Tags written after the runs: each custom run's loss against its built-in reference's (same
+# config and seed), and per group of seeds the loss's mean, min and max (log10).
+DIFFERENCE_TAG = "difference/loss_vs_reference"
+GROUP_TAGS = ("group/loss_mean_log10", "group/loss_min_log10", "group/loss_max_log10")
+# The Custom Scalars tab, in reading order: {category: {chart: tags}}; a tuple of three tags
+# is a margin chart (value, lower, upper: a line and its band). Losses span 1e5 to 1e-5, and a
+# layout cannot set a log axis: the charts read log10 tags.
+LAYOUT: dict[str, dict[str, list[str] | tuple[str, str, str]]] = {
+    "loss": {
+        "log10 loss, every run": ["loss/train_log10"],
+        "relative loss difference to the built-in reference run (0 until they part)": [
+            DIFFERENCE_TAG
+        ],
+        "log10 loss per group of seeds: mean, min-max band": GROUP_TAGS,
+    },
     "gradients": {
-        "total gradient norm": ["grad_norm/total"],
+        "log10 total gradient norm": ["grad_norm/total_log10"],
         "gradient norm per weight": [r"grad_norm/w\d+"],
     },
-    "weights": {"weight norm per weight": [r"weight_norm/.*"]},
     "activation counters": {
-        "pre-activations exactly 0": ["activation/exact_zeros"],
+        "logged steps with an exact-zero pre-activation (cumulative)": [
+            "activation/steps_with_exact_zeros"
+        ],
+        "pre-activations exactly 0, per step": ["activation/exact_zeros"],
         "dead fraction of hidden units": ["activation/dead_fraction"],
     },
+    "weights": {"weight norm per weight": [r"weight_norm/.*"]},
 }
 
 
@@ -49,14 +66,18 @@ def hparams_summary(tag: str, **data: Any) -> Summary:
     return plugin_summary(tag, "hparams", content)
 
 
+def layout_chart(title: str, tags: list[str] | tuple[str, str, str]) -> layout_pb2.Chart:
+    if isinstance(tags, tuple):
+        value, lower, upper = tags
+        series = layout_pb2.MarginChartContent.Series(value=value, lower=lower, upper=upper)
+        return layout_pb2.Chart(title=title, margin=layout_pb2.MarginChartContent(series=[series]))
+    return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=tags))
+
+
 def layout_summary() -> Summary:
     categories = [
         layout_pb2.Category(
-            title=title,
-            chart=[
-                layout_pb2.Chart(title=chart, multiline=layout_pb2.MultilineChartContent(tag=tags))
-                for chart, tags in charts.items()
-            ],
+            title=title, chart=[layout_chart(chart, tags) for chart, tags in charts.items()]
         )
         for title, charts in LAYOUT.items()
     ]
@@ -136,8 +157,8 @@ class EventFile:
 
     _counter = itertools.count()
 
-    def __init__(self, run_dir: Path):
-        name = (
+    def __init__(self, run_dir: Path, name: str | None = None):
+        name = name or (
             f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
             f"{os.getpid()}.{next(self._counter)}"
         )
@@ -207,8 +228,8 @@ def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, floa
 class EventWriter:
     """Streams one run's scalars, hparams and chart layout into one TensorBoard run (its dir)."""
 
-    def __init__(self, run_dir: Path, purge_step: int | None = None):
-        self._events = EventFile(run_dir)
+    def __init__(self, run_dir: Path, purge_step: int | None = None, file_name: str | None = None):
+        self._events = EventFile(run_dir, file_name)
         self._encoders: dict[tuple[str, ...], ScalarEvents] = {}
         if purge_step is not None:
             # A resumed run: TensorBoard drops events at or after this step left by the lost part.
@@ -246,8 +267,12 @@ class EventWriter:
         self._write_summaries(
             hparams_summary("_hparams_/experiment", experiment=experiment),
             hparams_summary("_hparams_/session_start_info", session_start_info=session_start),
-            layout_summary(),
         )
+        self.declare_layout()
+
+    def declare_layout(self) -> None:
+        """The Custom Scalars layout (LAYOUT)."""
+        self._write_summaries(layout_summary())
 
     def hparams_end(self, step: int, final_loss: float, min_loss: float) -> None:
         """Record the metrics the HParams tab compares runs by, then close the session."""
@@ -262,3 +287,40 @@ class EventWriter:
 
     def close(self) -> None:
         self._events.close()
+
+
+def write_derived_scalars(
+    run_dir: Path, name: str, series: dict[str, dict[int, float]], layout: bool = False
+) -> None:
+    """Scalars computed after the run (tag -> {step: value}) as an event file of their own,
+    `events.out.tfevents.reluexp-<name>`, rewritten whole, so writing twice adds nothing."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / f"events.out.tfevents.reluexp-{name}"
+    tmp_dir = run_dir / f".{name}.tmp"
+    tmp_dir.mkdir(exist_ok=True)
+    try:
+        writer = EventWriter(tmp_dir, file_name=path.name)
+        if layout:
+            writer.declare_layout()
+        tags = list(series)
+        steps = sorted(set().union(*(values.keys() for values in series.values())))
+        rows = [[series[tag].get(step, math.nan) for tag in tags] for step in steps]
+        writer.scalars(tags, steps, [time.time()] * len(steps), rows)
+        writer.close()
+        os.replace(tmp_dir / path.name, path)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def write_loss_difference(run_dir: Path, reference_dir: Path) -> dict[int, float]:
+    """The run's per-step loss relative to its reference run's, (loss - ref) / |ref|, as the
+    DIFFERENCE_TAG series of the run: 0 until the two part, then how far they drift."""
+    loss = read_scalars(run_dir, ["loss/train"])["loss/train"]
+    reference = read_scalars(reference_dir, ["loss/train"])["loss/train"]
+    difference = {
+        step: (loss[step] - value) / abs(value)
+        for step, value in reference.items()
+        if step in loss and value != 0 and math.isfinite(value) and math.isfinite(loss[step])
+    }
+    write_derived_scalars(run_dir, "difference", {DIFFERENCE_TAG: difference})
+    return difference

@@ -31,6 +31,7 @@ OmegaConf.register_new_resolver("run_id", run_id, use_cache=True)
 OmegaConf.register_new_resolver(
     "run_dir", lambda resume: resume or f"outputs/runs/{run_id()}", use_cache=True
 )
+OmegaConf.register_new_resolver("job_number", lambda num: f"{int(num):03d}")
 OmegaConf.register_new_resolver(
     "hydra_subdir",
     lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",

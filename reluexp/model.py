@@ -1,13 +1,26 @@
 """A bias-free MLP of plain weight tensors, as in the seed."""
 
+import math
+
 import torch
 
 from reluexp.activations import Activation
 
 
-def init_weights(sizes: list[int], generator: torch.Generator) -> list[torch.Tensor]:
-    """One standard-normal float32 matrix per layer, (sizes[i], sizes[i + 1]), in layer order."""
-    return [torch.randn(d_in, d_out, generator=generator) for d_in, d_out in zip(sizes, sizes[1:])]
+def init_weights(
+    sizes: list[int], generator: torch.Generator, init: str = "randn"
+) -> list[torch.Tensor]:
+    """One float32 matrix per layer, (sizes[i], sizes[i + 1]), in layer order: standard normal
+    (the seed's), or `scaled` by sqrt(2 / fan_in) (He et al.), the same draws either way.
+
+    With `randn` every layer multiplies the activations' scale by about sqrt(fan_in): a deeper
+    MLP's second hidden layer starts saturated, and one large update kills it."""
+    weights = [
+        torch.randn(d_in, d_out, generator=generator) for d_in, d_out in zip(sizes, sizes[1:])
+    ]
+    if init == "scaled":
+        weights = [w * math.sqrt(2 / w.shape[0]) for w in weights]
+    return weights
 
 
 def forward(

@@ -22,7 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from reluexp.checkpoint import CHECKPOINT_NAME
-from reluexp.events import read_scalars
+from reluexp.events import GROUP_TAGS, read_scalars, write_derived_scalars, write_loss_difference
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
 
 STATUSES = ("completed", "diverged", "interrupted", "failed", "running", "not started")
@@ -46,6 +46,12 @@ class Job:
 class Group:
     label: str
     jobs: list[Job] = field(default_factory=list)
+    # The group of the built-in runs these jobs imitate (same config and seeds), if swept.
+    reference: "Group | None" = None
+    # step -> the losses of its jobs at that step (finite and positive ones).
+    losses: dict[int, list[float]] = field(default_factory=dict)
+    # step -> the mean over its jobs of |loss - reference loss| / reference loss.
+    gap: dict[int, float] = field(default_factory=dict)
 
     @property
     def completed(self) -> list[Job]:
@@ -124,11 +130,100 @@ def find_jobs(sweep_dir: Path) -> list[Job]:
     return jobs + unmatched
 
 
-def group_jobs(jobs: list[Job]) -> list[Group]:
-    groups: dict[str, Group] = {}
+def reference_job(job: Job, jobs: list[Job]) -> Job | None:
+    """The built-in run a custom job imitates: the same config and seed, with the activation's
+    reference as its target (and the same params). None for a built-in itself."""
+    config = job.summary.config
+    if config is None or job.run_dir is None:
+        return None
+    activation = config["activation"]
+    if activation["reference"] in (None, activation["target"]):
+        return None
+    rest = {key: value for key, value in config.items() if key != "activation"}
+    for other in jobs:
+        other_config = other.summary.config
+        if other is job or other_config is None or other.run_dir is None:
+            continue
+        other_activation = other_config["activation"]
+        if (
+            other_activation["target"] == activation["reference"]
+            and other_activation["params"] == activation["params"]
+            and {key: value for key, value in other_config.items() if key != "activation"} == rest
+        ):
+            return other
+    return None
+
+
+def natural_key(label: str) -> list[tuple[int, float, str]]:
+    """Sort `lr=1e-06` before `lr=1e-05` and `seed=2` before `seed=10`: numbers as numbers."""
+    key = []
+    for part in re.split(r"([=, ])", label):
+        try:
+            key.append((0, float(part), ""))
+        except ValueError:
+            key.append((1, 0.0, part))
+    return key
+
+
+def loss_by_step(jobs: list[Job]) -> dict[int, list[float]]:
+    by_step: dict[int, list[float]] = defaultdict(list)
     for job in jobs:
-        groups.setdefault(job.group, Group(job.group)).jobs.append(job)
-    return sorted(groups.values(), key=lambda group: group.label)
+        if job.run_dir is None or job.summary.status == UNREADABLE:
+            continue
+        for step, value in read_scalars(job.run_dir, ["loss/train"])["loss/train"].items():
+            if math.isfinite(value) and value > 0:
+                by_step[step].append(value)
+    return dict(by_step)
+
+
+def group_jobs(jobs: list[Job]) -> list[Group]:
+    """Groups of jobs that differ only in seed, each custom group with its reference group,
+    their losses and differences read; ordered by final loss, each custom group right after
+    its reference."""
+    by_label: dict[str, Group] = {}
+    for job in jobs:
+        by_label.setdefault(job.group, Group(job.group)).jobs.append(job)
+    group_of = {id(job): group for group in by_label.values() for job in group.jobs}
+    differences: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for job in jobs:
+        reference = reference_job(job, jobs)
+        if reference is None:
+            continue
+        group_of[id(job)].reference = group_of[id(reference)]
+        for step, value in write_loss_difference(job.run_dir, reference.run_dir).items():
+            differences[job.group][step].append(abs(value))
+    for group in by_label.values():
+        group.losses = loss_by_step(group.jobs)
+        group.gap = {
+            step: statistics.mean(values) for step, values in differences[group.label].items()
+        }
+
+    def by_value(group: Group) -> tuple:
+        final = group.values("final_loss")
+        return (statistics.mean(final) if final else math.inf, natural_key(group.label))
+
+    ordered: list[Group] = []
+    for group in sorted(by_label.values(), key=by_value):
+        if group.reference is None or group.reference.label not in by_label:
+            ordered.append(group)
+            imitators = [g for g in by_label.values() if g.reference is group]
+            ordered += sorted(imitators, key=by_value)
+    return ordered
+
+
+def write_group_runs(sweep_dir: Path, groups: list[Group]) -> None:
+    """One TensorBoard run per group, `groups/<label>`: the log10 of its jobs' mean, min and
+    max loss per step, which Custom Scalars' margin chart draws as a line and a band."""
+    for group in groups:
+        if not group.losses:
+            continue
+        steps = sorted(group.losses)
+        series = {
+            tag: {step: math.log10(reduce(group.losses[step])) for step in steps}
+            for tag, reduce in zip(GROUP_TAGS, (statistics.mean, min, max))
+        }
+        name = group.label.replace(" ", ",").replace("/", "_")
+        write_derived_scalars(sweep_dir / "groups" / name, "group", series, layout=True)
 
 
 def statistics_of(values: list[float]) -> dict[str, float | None]:
@@ -149,6 +244,8 @@ def table(groups: list[Group]) -> list[dict[str, object]]:
         for key in ("final_loss", "min_loss"):
             for stat, value in statistics_of(group.values(key)).items():
                 row[f"{key}_{stat}"] = value
+        row["reference_group"] = group.reference.label if group.reference else ""
+        row["final_loss_vs_reference"] = relative_gap(group)
         row["steps_per_s"] = statistics.mean(steps_per_s) if steps_per_s else None
         for status in (*STATUSES, UNREADABLE):
             row[status.replace(" ", "_")] = statuses.get(status, 0)
@@ -160,12 +257,42 @@ def table(groups: list[Group]) -> list[dict[str, object]]:
     return rows
 
 
-def number(value: object, digits: int = 5) -> str:
+def relative_gap(group: Group) -> float | None:
+    """(mean final loss - the reference group's) / the reference group's."""
+    if group.reference is None:
+        return None
+    final, reference = group.values("final_loss"), group.reference.values("final_loss")
+    if not final or not reference or statistics.mean(reference) == 0:
+        return None
+    return (statistics.mean(final) - statistics.mean(reference)) / statistics.mean(reference)
+
+
+def number(value: object, digits: int = 4) -> str:
     return "–" if value is None else f"{value:.{digits}g}"
 
 
+def gap_text(row: dict[str, object]) -> str:
+    """`+1.2e-04 vs activation=relu`: the relative gap, naming what the reference changes."""
+    gap = row["final_loss_vs_reference"]
+    if gap is None:
+        return ""
+    own = set(str(row["group"]).split())
+    changed = [part for part in str(row["reference_group"]).split() if part not in own]
+    return f"{gap:+.2e} vs {' '.join(changed) or row['reference_group']}"
+
+
 def markdown(rows: list[dict[str, object]]) -> str:
-    columns = ["group", "jobs", "final loss", "min loss", "steps/s", "status", "warnings", "error"]
+    columns = [
+        "group",
+        "jobs",
+        "final loss",
+        "vs reference",
+        "min loss",
+        "steps/s",
+        "status",
+        "warnings",
+        "error",
+    ]
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for row in rows:
         statuses = [
@@ -177,6 +304,7 @@ def markdown(rows: list[dict[str, object]]) -> str:
             str(row["group"]),
             str(row["jobs"]),
             f"{number(row['final_loss_mean'])} ± {number(row['final_loss_std'], 2)}",
+            gap_text(row),
             f"{number(row['min_loss_mean'])} ± {number(row['min_loss_std'], 2)}",
             number(row["steps_per_s"], 4),
             ", ".join(statuses),
@@ -188,34 +316,50 @@ def markdown(rows: list[dict[str, object]]) -> str:
 
 
 def plot(groups: list[Group], path: Path) -> None:
-    """Mean loss per group over steps, with a min–max band across seeds, log-scale y."""
+    """Top: each group's mean loss over steps with its min-max band across seeds, log scale.
+    Bottom: how far each custom group's runs are from their reference runs, log scale."""
     # Imported here, and without pyplot (no GUI backend to pick): only sweeps draw.
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(9, 5.5))
-    axes = figure.subplots()
-    for group in groups:
-        by_step: dict[int, list[float]] = defaultdict(list)
-        for job in group.jobs:
-            if job.run_dir is None or job.summary.status == UNREADABLE:
-                continue
-            for step, value in read_scalars(job.run_dir, ["loss/train"])["loss/train"].items():
-                if math.isfinite(value) and value > 0:
-                    by_step[step].append(value)
-        if not by_step:
-            continue
-        steps = sorted(by_step)
-        mean = [statistics.mean(by_step[s]) for s in steps]
-        (line,) = axes.plot(
-            steps, mean, label=f"{group.label} (n={len(group.jobs)})", linewidth=1.2
-        )
-        lows, highs = [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps]
-        axes.fill_between(steps, lows, highs, color=line.get_color(), alpha=0.2, linewidth=0)
-    axes.set_yscale("log")
-    axes.set_xlabel("step")
-    axes.set_ylabel("loss/train (mean, min–max band over seeds)")
-    axes.grid(True, which="major", alpha=0.3)
-    if axes.lines:
+    drawn = [group for group in groups if group.losses]
+    customs = [group for group in drawn if group.gap]
+    figure = Figure(figsize=(10, 8 if customs else 5.5))
+    loss_axes, *difference_axes = figure.subplots(2 if customs else 1, 1, squeeze=False)[:, 0]
+    colors = colormaps["tab10" if len(drawn) <= 10 else "tab20"]
+    for index, group in enumerate(drawn):
+        color = colors(index % colors.N)
+        steps = sorted(group.losses)
+        mean = [statistics.mean(group.losses[s]) for s in steps]
+        label = f"{group.label} (n={len(group.jobs)})"
+        loss_axes.plot(steps, mean, color=color, label=label, linewidth=1.4)
+        lows = [min(group.losses[s]) for s in steps]
+        highs = [max(group.losses[s]) for s in steps]
+        loss_axes.fill_between(steps, lows, highs, color=color, alpha=0.08, linewidth=0)
+        if group.gap and difference_axes:
+            # Where the gap is exactly 0 the log axis draws nothing: the line starts where the
+            # runs part.
+            steps = sorted(group.gap)
+            gaps = [group.gap[s] for s in steps]
+            parted = next((s for s, gap in zip(steps, gaps) if gap > 0), None)
+            reference = group.reference.label.split()[0] if group.reference else "?"
+            label = f"{group.label.split()[0]} vs {reference}: " + (
+                "identical" if parted is None else f"parts at step {parted}"
+            )
+            difference_axes[0].plot(steps, gaps, color=color, linewidth=1.2, label=label)
+    loss_axes.set_yscale("log")
+    loss_axes.set_xlabel("step")
+    loss_axes.set_ylabel("loss/train: mean, min–max band over seeds")
+    loss_axes.grid(True, which="major", alpha=0.3)
+    if drawn:
+        loss_axes.legend(fontsize="small", ncol=2 if len(drawn) > 6 else 1)
+    if difference_axes:
+        axes = difference_axes[0]
+        axes.set_yscale("log")
+        axes.set_xlim(loss_axes.get_xlim())
+        axes.set_xlabel("step")
+        axes.set_ylabel("|loss - reference loss| / reference loss\n(mean over seeds)")
+        axes.grid(True, which="major", alpha=0.3)
         axes.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
@@ -240,6 +384,7 @@ def write_report(sweep_dir: Path) -> list[Job]:
         + (f" ({len(jobs) - completed} left out)." if completed < len(jobs) else ".")
     )
     (sweep_dir / "summary.md").write_text(f"{header}\n\n{markdown(rows)}")
+    write_group_runs(sweep_dir, groups)
     plot(groups, sweep_dir / "loss_curves.png")
     return jobs
 

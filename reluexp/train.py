@@ -1,5 +1,6 @@
 """The training loop: a run's state built or restored, the seed-exact loop, its outcome recorded."""
 
+import json
 import logging
 import math
 import signal
@@ -18,6 +19,7 @@ from reluexp.config import (
     Config,
     ConfigError,
     Dtype,
+    Init,
     Optimizer,
     config_dict,
     config_from_dict,
@@ -62,6 +64,8 @@ class RunState:
     step: int = 0
     min_loss: float = math.inf
     final_loss: float = math.nan
+    # Logged steps so far whose pre-activations held an exact 0.0.
+    steps_with_exact_zeros: int = 0
     # Wall time of the run's earlier segments (before an interruption), and this one's start.
     earlier_wall_time_s: float = 0.0
     segment_start: float = 0.0
@@ -87,7 +91,7 @@ def build_state(
     # One CPU generator in the seed's order (x, y, w1, w2, ...): CPU and GPU runs start identical.
     generator = torch.Generator("cpu").manual_seed(config.seed)
     x, y = make_data(config.data.n, config.data.d_in, config.data.d_out, generator)
-    weights = init_weights(layer_sizes(config), generator)
+    weights = init_weights(layer_sizes(config), generator, Init(config.model.init).value)
     if checkpoint is not None:
         weights = checkpoint["weights"]
     dtype = getattr(torch, Dtype(config.dtype).value)
@@ -98,6 +102,7 @@ def build_state(
         state.step = checkpoint["step"]
         state.min_loss = checkpoint["min_loss"]
         state.final_loss = checkpoint["final_loss"]
+        state.steps_with_exact_zeros = checkpoint.get("steps_with_exact_zeros", 0)
         state.earlier_wall_time_s = checkpoint["wall_time_s"]
         if state.optimizer is not None:
             state.optimizer.load_state_dict(checkpoint["optimizer"])
@@ -120,6 +125,7 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
             "config": config_dict(config),
             "min_loss": state.min_loss,
             "final_loss": state.final_loss,
+            "steps_with_exact_zeros": state.steps_with_exact_zeros,
             "wall_time_s": state.wall_time_s,
         },
     )
@@ -135,8 +141,17 @@ class Recorder:
         self.state = state
         self.events = events
         self.stream = MetricStream(config.data.n, hidden_sizes(config.model.hidden), state.weights)
-        self.tags = metric_tags(len(state.weights))
-        self.total_grad_norm = self.tags.index("grad_norm/total")
+        streamed = metric_tags(len(state.weights))
+        self.total_grad_norm = streamed.index("grad_norm/total")
+        self.exact_zeros = streamed.index("activation/exact_zeros")
+        # Derived on the host for the charts: losses and norms span ten decades (a layout
+        # cannot set a log axis), and when exact zeros start shows as a step in a count.
+        self.tags = [
+            *streamed,
+            "loss/train_log10",
+            "grad_norm/total_log10",
+            "activation/steps_with_exact_zeros",
+        ]
         self.diverged_at: int | None = None
         # The run's warnings (summary.json's list, shared): each kind once, resumed runs too.
         self.warnings = warnings
@@ -176,6 +191,13 @@ class Recorder:
                 if self.config.stop_on_divergence:
                     del rows[i + 1 :]  # the steps after it trained on a non-finite loss
                     break
+        for row in rows:
+            self.state.steps_with_exact_zeros += row[self.exact_zeros] > 0
+            row += [
+                log10(row[0]),
+                log10(row[self.total_grad_norm]),
+                self.state.steps_with_exact_zeros,
+            ]
         for step, row in zip(block.steps, rows):
             if self.config.prints_at(step):
                 # The article's line (step, repr of the loss), from the flushed value: no .item().
@@ -183,6 +205,13 @@ class Recorder:
         self.state.final_loss = rows[-1][0]
         log.debug("flushed %d metric rows up to step %d", len(rows), block.steps[-1])
         self.events.scalars(self.tags, block.steps, block.times, rows)
+
+
+def log10(value: float) -> float:
+    """log10 for the charts: -inf at 0, NaN where the value is not finite."""
+    if value > 0 and math.isfinite(value):
+        return math.log10(value)
+    return -math.inf if value == 0 else math.nan
 
 
 def squared_error(
@@ -244,7 +273,11 @@ def hparams(config: Config, device: torch.device) -> dict[str, Any]:
     """The config values a run is compared by in TensorBoard's HParams tab."""
     return {
         "activation": config.activation.name,
+        # Custom runs are told apart by what they train, not by the option's name.
+        "target": config.activation.target,
+        "params": json.dumps(config.activation.params, sort_keys=True),
         "hidden": str(config.model.hidden),
+        "init": Init(config.model.init).value,
         "n": config.data.n,
         "d_in": config.data.d_in,
         "d_out": config.data.d_out,

@@ -50,12 +50,12 @@ def sweep_dir(tmp_path_factory):
 
 
 def test_sweep_gives_every_job_a_readable_directory(sweep_dir):
-    jobs = sorted(p.name for p in sweep_dir.iterdir() if p.is_dir())
+    jobs = sorted(p.name for p in sweep_dir.iterdir() if (p / ".hydra").is_dir())
     assert jobs == [
-        "0_activation=myrelu,device=cpu,seed=0,steps=30",
-        "1_activation=myrelu,device=cpu,seed=1,steps=30",
-        "2_activation=relu,device=cpu,seed=0,steps=30",
-        "3_activation=relu,device=cpu,seed=1,steps=30",
+        "000_activation=myrelu,device=cpu,seed=0,steps=30",
+        "001_activation=myrelu,device=cpu,seed=1,steps=30",
+        "002_activation=relu,device=cpu,seed=0,steps=30",
+        "003_activation=relu,device=cpu,seed=1,steps=30",
     ]
     for job in jobs:
         summary = json.loads((sweep_dir / job / "summary.json").read_text())
@@ -81,7 +81,7 @@ def post_json(url: str, payload: dict):
         return json.load(response)
 
 
-def test_tensorboard_shows_one_run_per_job(sweep_dir):
+def test_tensorboard_shows_one_run_per_job_and_group(sweep_dir):
     port = free_port()
     server = subprocess.Popen(
         [
@@ -104,24 +104,35 @@ def test_tensorboard_shows_one_run_per_job(sweep_dir):
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         runs: list[str] = []
-        while time.monotonic() < deadline and len(runs) < 4:
+        while time.monotonic() < deadline and len(runs) < 6:
             with contextlib.suppress(OSError):  # not listening yet
                 runs = get_json(f"{base}/data/runs")
             time.sleep(0.5)
-        expected = {
-            f"multirun/{sweep_dir.name}/{p.name}" for p in sweep_dir.iterdir() if p.is_dir()
-        }
-        assert set(runs) == expected
+        prefix = f"multirun/{sweep_dir.name}"
+        jobs = {f"{prefix}/{p.name}" for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()}
+        groups = {f"{prefix}/groups/activation={a},device=cpu,steps=30" for a in ("myrelu", "relu")}
+        assert set(runs) == jobs | groups
         tags = get_json(f"{base}/data/plugin/scalars/tags")
-        for run in expected:
+        for run in jobs:
             assert {
                 "loss/train",
+                "loss/train_log10",
                 "grad_norm/w1",
                 "grad_norm/w2",
                 "grad_norm/total",
+                "grad_norm/total_log10",
                 "activation/dead_fraction",
                 "activation/exact_zeros",
+                "activation/steps_with_exact_zeros",
             } <= set(tags[run])
+            # Each myrelu run has its relu run (same seed) as reference; relu has none.
+            assert ("difference/loss_vs_reference" in tags[run]) == ("myrelu" in run)
+        for run in groups:
+            assert set(tags[run]) == {
+                "group/loss_mean_log10",
+                "group/loss_min_log10",
+                "group/loss_max_log10",
+            }
         # The HParams tab: one session per job, sortable by the final loss each job reported.
         request = {
             "experimentName": "",
@@ -130,19 +141,32 @@ def test_tensorboard_shows_one_run_per_job(sweep_dir):
             "startIndex": 0,
             "sliceSize": 10,
         }
-        groups = post_json(f"{base}/data/plugin/hparams/session_groups", request)["sessionGroups"]
+        sessions = post_json(f"{base}/data/plugin/hparams/session_groups", request)
+        sessions = sessions["sessionGroups"]
         finals = [
             next(m["value"] for m in g["metricValues"] if m["name"]["tag"] == "hparams/final_loss")
-            for g in groups
+            for g in sessions
         ]
         expected_finals = sorted(
             json.loads((p / "summary.json").read_text())["final_loss"]
             for p in sweep_dir.iterdir()
-            if p.is_dir()
+            if (p / ".hydra").is_dir()
         )
         assert finals == pytest.approx(expected_finals, rel=1e-6)
+        targets = {g["name"]: g["hparams"]["target"] for g in sessions}
+        assert sorted(targets.values()) == ["reluexp.functions.MyReLU"] * 2 + ["torch.relu"] * 2
         layout = get_json(f"{base}/data/plugin/custom_scalars/layout")
         assert [c["title"] for c in layout["category"]][0] == "loss"
+        loss_charts = layout["category"][0]["chart"]
+        assert loss_charts[0]["multiline"]["tag"] == ["loss/train_log10"]
+        assert loss_charts[1]["multiline"]["tag"] == ["difference/loss_vs_reference"]
+        assert loss_charts[2]["margin"]["series"] == [
+            {
+                "value": "group/loss_mean_log10",
+                "lower": "group/loss_min_log10",
+                "upper": "group/loss_max_log10",
+            }
+        ]
     finally:
         server.terminate()
         server.wait(timeout=30)

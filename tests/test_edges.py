@@ -63,7 +63,7 @@ def test_resume_paths_are_quoted_for_hydras_grammar():
 @pytest.mark.slow
 def test_a_sweep_jobs_directory_resumes_as_pasted(tmp_path):
     run_cli("-m", "seed=1", "steps=20", "checkpoint_every=10", *SMALL, cwd=tmp_path)
-    (job_dir,) = (tmp_path / "outputs" / "multirun").glob("*/0_*")
+    (job_dir,) = (tmp_path / "outputs" / "multirun").glob("*/000_*")
     assert "=" in job_dir.name and "," in job_dir.name
     state = summary(job_dir)
     state["status"] = "interrupted"  # as a SIGTERM leaves it
@@ -157,7 +157,7 @@ def test_a_dead_network_gets_warnings_and_a_healthy_one_none(tmp_path):
 def fake_sweep(sweep_dir: Path, jobs: dict[str, Config | None]) -> None:
     """Job directories as Hydra lays them out, trained in-process (None: never trained)."""
     for number, (overrides, config) in enumerate(jobs.items()):
-        job_dir = sweep_dir / f"{number}_{overrides}"
+        job_dir = sweep_dir / f"{number:03d}_{overrides}"
         (job_dir / ".hydra").mkdir(parents=True)
         (job_dir / ".hydra" / "overrides.yaml").write_text(f"- {overrides}\n")
         if config is not None:
@@ -187,7 +187,7 @@ def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_pa
     multirun = tmp_path / "outputs" / "multirun"
     wait_for(multirun)
     deadline = time.monotonic() + 120
-    while not list(multirun.glob(f"*/0_*/{CHECKPOINT_NAME}")):
+    while not list(multirun.glob(f"*/000_*/{CHECKPOINT_NAME}")):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     process.send_signal(signal.SIGTERM)
@@ -246,7 +246,7 @@ def test_a_job_that_trained_but_lost_its_summary_is_not_not_started(tmp_path):
     fake_sweep(
         tmp_path, {"seed=1": small_config(steps=3), "seed=2": small_config(steps=3), "seed=3": None}
     )
-    (tmp_path / "0_seed=1" / "summary.json").unlink()
+    (tmp_path / "000_seed=1" / "summary.json").unlink()
     jobs = {tuple(job.summary.overrides): job.summary for job in report.find_jobs(tmp_path)}
     assert jobs[("seed=1",)].status == "unreadable"
     assert "no summary.json, but it trained" in jobs[("seed=1",)].error
@@ -274,8 +274,8 @@ def test_a_checkpoint_with_altered_bytes_is_refused(tmp_path):
 def test_report_lists_unreadable_jobs_and_reports_the_others(tmp_path, capsys):
     jobs = {f"seed={seed}": small_config(steps=3, seed=seed) for seed in (1, 2, 3)}
     fake_sweep(tmp_path, jobs)
-    (tmp_path / "0_seed=1" / "summary.json").write_text("{not json")
-    (tmp_path / "1_seed=2" / ".hydra" / "overrides.yaml").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "000_seed=1" / "summary.json").write_text("{not json")
+    (tmp_path / "001_seed=2" / ".hydra" / "overrides.yaml").write_bytes(bytes(range(256)) * 4)
     assert report.main([str(tmp_path)]) == 0
     found = report.find_jobs(tmp_path)
     statuses = sorted(job.summary.status for job in found)

@@ -121,4 +121,4 @@ def test_a_users_config_directory_adds_activations_and_studies(install, installe
     run(python, "-m", "reluexp", *study, cwd=work)
     (sweep_dir,) = (work / "outputs" / "multirun").iterdir()
     jobs = sorted(p.name for p in sweep_dir.iterdir() if (p / "summary.json").is_file())
-    assert [job.split(",")[0] for job in jobs] == ["0_activation=softplus", "1_activation=relu"]
+    assert [job.split(",")[0] for job in jobs] == ["000_activation=softplus", "001_activation=relu"]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from reluexp import report
 from reluexp.events import read_scalars
@@ -59,7 +60,7 @@ def test_a_job_runs_as_it_would_alone_whatever_ran_before_it(tmp_path):
     sweep_dir, _ = sweep(tmp_path, "threads=1,null", *args)
     run_cli("threads=null", *args, "hydra.run.dir=alone", cwd=tmp_path)
     alone = json.loads((tmp_path / "alone" / "summary.json").read_text())
-    (after_threads_1,) = sweep_dir.glob("1_*")
+    (after_threads_1,) = sweep_dir.glob("001_*")
     summary = json.loads((after_threads_1 / "summary.json").read_text())
     if alone["threads"] == 1:
         pytest.skip("torch's default is 1 thread here: the leak would not show")
@@ -180,3 +181,39 @@ def test_slurm_preset_composes():
         launcher.gpus_per_node,
         launcher.cpus_per_task,
     ) == ("gpu", 60, 0, 2)
+
+
+def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
+    """myrelu against relu, same seed: 0 until the first exact zero, then (a - b) / |b| of the
+    article's loop run twice, independently of reluexp."""
+    from reluexp.config import Config
+    from reluexp.events import DIFFERENCE_TAG
+    from tests.helpers import seed_loop
+    from tests.test_edges import fake_sweep
+
+    steps = 200
+    configs = {}
+    for name, target in (("myrelu", "reluexp.functions.MyReLU"), ("relu", "torch.relu")):
+        config = Config(device="cpu", steps=steps, quiet=True)
+        config.activation.name, config.activation.target = name, target
+        configs[f"activation={name}"] = config
+    fake_sweep(tmp_path, configs)
+    report.write_report(tmp_path)
+    (custom_dir,) = tmp_path.glob("000_*")
+    stored = read_scalars(custom_dir, [DIFFERENCE_TAG])[DIFFERENCE_TAG]
+    custom = seed_loop(steps=steps)
+    builtin = seed_loop(relu=torch.relu, steps=steps)
+    # The losses are float32 values, as the events hold them.
+    expected = [(c["loss"] - b["loss"]) / abs(b["loss"]) for c, b in zip(custom, builtin)]
+    assert list(stored) == list(range(steps))
+    assert list(stored.values()) == pytest.approx(expected, rel=1e-6, abs=1e-12)
+    first_zero = next(t for t, c in enumerate(custom) if c["exact_zeros"] > 0)
+    assert all(v == 0 for v in list(stored.values())[: first_zero + 1])
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    assert list(rows) == ["activation=relu", "activation=myrelu"]  # the reference first
+    assert rows["activation=myrelu"]["reference_group"] == "activation=relu"
+    gap = float(rows["activation=myrelu"]["final_loss_vs_reference"])
+    assert gap == pytest.approx((custom[-1]["loss"] - builtin[-1]["loss"]) / builtin[-1]["loss"])
+    assert (
+        tmp_path / "groups" / "activation=myrelu" / "events.out.tfevents.reluexp-group"
+    ).is_file()
