@@ -4,8 +4,10 @@ in one line on stderr how it ended."""
 import logging
 import math
 import os
+import re
 import shlex
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,10 +31,11 @@ from reluexp.environment import (
     child_processes,
     command_line,
     resolve_device,
+    slurm_job_id,
     stop_processes,
 )
 from reluexp.hydra_glue import CONFIG_PATH, one_line, task_config
-from reluexp.summary import RunSummary, SummaryError
+from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
 
 log = logging.getLogger("reluexp")
 # A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
@@ -106,6 +109,11 @@ class Lifecycle(Callback):
             check_job_name(config.hydra.job.name)
         except ConfigError as error:
             exit_with(error)
+        if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
+            try:
+                check_slurm_resources(config.hydra.launcher)
+            except ConfigError as error:
+                exit_with(error)
         check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
         if in_worker_processes(config.hydra):
             stop_workers_on_signals(Path(config.hydra.sweep.dir))
@@ -118,21 +126,31 @@ class Lifecycle(Callback):
         try:
             summary = RunSummary.read(run_dir)
         except SummaryError:
-            summary = RunSummary(status="failed")
-        total = count_jobs(config)
-        final_loss = math.nan if summary.final_loss is None else summary.final_loss
-        wall_time = math.nan if summary.wall_time_s is None else summary.wall_time_s
-        print(
-            f"[{config.hydra.job.num + 1}/{total or '?'}] {' '.join(job_return.overrides)} "
-            f"{summary.status} loss={final_loss:.4g} in {wall_time:.1f} s",
-            file=sys.stderr,
-        )
+            summary = RunSummary(status="failed", overrides=list(job_return.overrides))
+        print(job_line(config.hydra.job.num, count_jobs(config), summary), file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """The sweep's summary; failed jobs make the sweep exit non-zero, after all have run."""
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
+        if "submitit" in str(config.hydra.launcher.get("_target_", "")) and not config.quiet:
+            # The jobs ran elsewhere (SLURM): their own lines are in their logs.
+            for number, job in enumerate(jobs):
+                print(job_line(number, len(jobs), job.summary), file=sys.stderr)
         if any(job.summary.status == "failed" for job in jobs):
             sys.exit(1)
+
+
+def job_line(number: int, total: int | None, summary: RunSummary) -> str:
+    """A finished sweep job in one line: [3/12] activation=relu seed=1 completed loss=... ."""
+    final_loss = math.nan if summary.final_loss is None else summary.final_loss
+    wall_time = math.nan if summary.wall_time_s is None else summary.wall_time_s
+    line = (
+        f"[{number + 1}/{total or '?'}] {' '.join(summary.overrides)} {summary.status} "
+        f"loss={final_loss:.4g} in {wall_time:.1f} s"
+    )
+    if summary.slurm_job_id:
+        line += f" (SLURM job {summary.slurm_job_id})"
+    return line
 
 
 def write_sweep_summary(sweep_dir: Path) -> list[report.Job]:
@@ -148,6 +166,40 @@ def count_jobs(job_config: DictConfig) -> int | None:
     """How many jobs the sweep launches: Optuna's n_trials, or the size of the grid."""
     planned = report.planned_jobs(Path(job_config.hydra.sweep.dir))
     return planned if planned is None or isinstance(planned, int) else len(planned)
+
+
+def check_slurm_resources(launcher: DictConfig) -> None:
+    """A job asking for more CPUs or memory than any node of its partition has is never
+    scheduled, and SLURM says nothing: say it before submitting."""
+    partition = launcher.get("partition")
+    where = f"partition {partition}" if partition else "the default partition"
+    command = ["sinfo", "-h", "-o", "%c %m", *(["-p", partition] if partition else [])]
+    try:
+        answer = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ConfigError(
+            f"hydra/launcher=slurm: cannot ask SLURM for its nodes ({error})"
+        ) from None
+    nodes = [re.findall(r"\d+", line)[:2] for line in answer.stdout.splitlines()]
+    nodes = [
+        (int(cpus), int(memory_mb)) for cpus, memory_mb in filter(lambda n: len(n) == 2, nodes)
+    ]
+    if answer.returncode != 0 or not nodes:
+        reason = (answer.stderr.strip().splitlines() or ["sinfo lists no nodes"])[-1]
+        key = f"hydra.launcher.partition={partition}" if partition else "hydra/launcher"
+        raise ConfigError(f"{key}: SLURM has no nodes in {where} here ({reason})")
+    cpus = launcher.get("cpus_per_task") or 1
+    if cpus * (launcher.get("tasks_per_node") or 1) > max(c for c, _ in nodes):
+        raise ConfigError(
+            f"hydra.launcher.cpus_per_task={cpus}: the nodes of {where} have at most "
+            f"{max(c for c, _ in nodes)} CPUs; such a job would never be scheduled"
+        )
+    memory_gb = launcher.get("mem_gb")
+    if memory_gb and memory_gb * 1024 > max(m for _, m in nodes):
+        raise ConfigError(
+            f"hydra.launcher.mem_gb={memory_gb}: the nodes of {where} have at most "
+            f"{max(m for _, m in nodes) / 1024:.3g} GB; such a job would never be scheduled"
+        )
 
 
 def in_worker_processes(hydra_config: DictConfig) -> bool:
@@ -266,12 +318,20 @@ def run_job(config: Config, hydra_config: DictConfig) -> float:
     overrides = list(hydra_config.overrides.task)
     single = hydra_config.mode != RunMode.MULTIRUN
     try:
-        if config.resume is not None:
+        if config.resume is not None or requeued(run_dir):
             final_loss = train.resume(run_dir)
         else:
             final_loss = train.run(config, run_dir, overrides=overrides)
     except train.Interrupted as interrupted:
         print(closing_line(run_dir), file=sys.stderr)
+        if interrupted.signum == signal.SIGUSR2:
+            # SLURM's warning before a time limit or preemption: the run is checkpointed;
+            # submitit's own handler (back in place) requeues the job, which resumes it.
+            signal.raise_signal(signal.SIGUSR2)
+        if slurm_job_id() is not None and not single:
+            # A SLURM job stopped by scancel (SIGTERM) is a result of its sweep, recorded and
+            # returned to the launcher, which would otherwise take it for a crash.
+            return math.nan
         if in_worker_processes(hydra_config):
             # A worker stopped by its sweep ends here rather than take the next queued job; the
             # sweep's parent writes the summary once every worker has stopped.
@@ -295,6 +355,13 @@ def run_job(config: Config, hydra_config: DictConfig) -> float:
     if single:
         print(closing_line(run_dir), file=sys.stderr)
     return final_loss
+
+
+def requeued(run_dir: Path) -> bool:
+    """A SLURM job started again (requeued after a time limit or preemption) continues the run
+    its first start left in the same directory."""
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    return restarts > 0 and (run_dir / SUMMARY_NAME).is_file()
 
 
 def record_failure(run_dir: Path, overrides: list[str], error: Exception) -> RunSummary:

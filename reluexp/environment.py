@@ -123,10 +123,25 @@ def keep_freed_memory() -> Iterator[None]:
             set_malloc(GLIBC_DEFAULTS, release_free_memory=True)
 
 
-class StopSignals:
-    """While active, SIGINT/SIGTERM ask the loop to stop at the next step; a second one exits now.
+def slurm_job_id() -> str | None:
+    """This process's SLURM job (`<array job>_<task>` for an array task), None outside SLURM."""
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        return f"{array_job}_{task}"
+    return os.environ.get("SLURM_JOB_ID")
 
-    Every file is written by rename, so exiting at once cannot leave a half-written one.
+
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop a run at a step boundary: SIGINT, SIGTERM, and in a SLURM job
+    SIGUSR2, which SLURM sends before a time limit or preemption (submitit's protocol)."""
+    if slurm_job_id() is None:
+        return (signal.SIGINT, signal.SIGTERM)
+    return (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+
+
+class StopSignals:
+    """While active, stop_signals() ask the loop to stop at the next step; a second one exits
+    now. Every file is written by rename, so exiting at once cannot leave a half-written one.
     """
 
     def __init__(self) -> None:
@@ -141,7 +156,7 @@ class StopSignals:
     def __enter__(self) -> "StopSignals":
         # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in stop_signals():
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 

@@ -323,7 +323,8 @@ def plot(groups: list[Group], path: Path) -> None:
     from matplotlib.figure import Figure
 
     drawn = [group for group in groups if group.losses]
-    customs = [group for group in drawn if group.gap]
+    # The gap panel needs a gap to draw on its log axis (runs identical so far have none).
+    customs = [group for group in drawn if any(gap > 0 for gap in group.gap.values())]
     figure = Figure(figsize=(10, 8 if customs else 5.5))
     loss_axes, *difference_axes = figure.subplots(2 if customs else 1, 1, squeeze=False)[:, 0]
     colors = colormaps["tab10" if len(drawn) <= 10 else "tab20"]

@@ -40,6 +40,8 @@ class RunSummary:
     device: str | None = None
     dtype: str | None = None
     threads: int | None = None
+    # `<array job>_<task>` when the run is a SLURM job.
+    slurm_job_id: str | None = None
     versions: dict[str, str | None] | None = None
     steps_done: int | None = None
     final_loss: float | None = None

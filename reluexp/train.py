@@ -34,6 +34,7 @@ from reluexp.environment import (
     hold_run,
     job_environment,
     resolve_device,
+    slurm_job_id,
     versions,
 )
 from reluexp.events import EventWriter
@@ -362,6 +363,7 @@ def _run(
         summary.device = str(device)
         summary.dtype = Dtype(config.dtype).value
         summary.threads = torch.get_num_threads()
+        summary.slurm_job_id = slurm_job_id()
         summary.versions = versions()
         summary.write(run_dir)
         events = EventWriter(run_dir, purge_step=start_step if checkpoint is not None else None)

@@ -180,7 +180,7 @@ def test_slurm_preset_composes():
         launcher.timeout_min,
         launcher.gpus_per_node,
         launcher.cpus_per_task,
-    ) == ("gpu", 60, 0, 2)
+    ) == ("gpu", 60, 0, 1)
 
 
 def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):

@@ -1,0 +1,188 @@
+"""Sweeps on a real single-node SLURM cluster, started for these tests and stopped after them
+(tests/slurm/start-slurm.sh): both launchers, SLURM job ids, a line per job in the launching
+terminal, jobs no node can take refused, and SIGUSR2 (SLURM's warning before a time limit or a
+preemption) checkpointing, requeueing and resuming a run bit for bit in its own directory."""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from reluexp import train
+from reluexp.checkpoint import CHECKPOINT_NAME
+from reluexp.config import config_from_dict
+from tests.helpers import REPO_ROOT
+from tests.test_reliability import SMALL, STEPS, losses
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+
+SCRIPTS = REPO_ROOT / "tests" / "slurm"
+DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch")
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """The environment of a client of a private cluster; the cluster is gone afterwards."""
+    missing = [d for d in DAEMONS if shutil.which(d) is None]
+    if missing:
+        pytest.skip(f"SLURM is not installed here (no {', '.join(missing)}); .ci/run installs it")
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster runs its daemons as root")
+    # munged wants every directory above its socket open to all (pytest's tmp dirs are not).
+    parent = Path(tempfile.mkdtemp(prefix="reluexp-slurm-"))
+    parent.chmod(0o755)
+    base = parent / "cluster"
+    env = {**os.environ, "SLURM_BASE": str(base)}
+    started = subprocess.run(
+        [str(SCRIPTS / "start-slurm.sh")], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert started.returncode == 0, started.stderr
+    env["SLURM_CONF"] = str(base / "etc" / "slurm.conf")
+    try:
+        yield env
+    finally:
+        stopped = subprocess.run(
+            [str(SCRIPTS / "stop-slurm.sh")], env=env, capture_output=True, text=True, timeout=180
+        )
+        assert stopped.returncode == 0, stopped.stderr
+        assert not base.exists()
+        parent.rmdir()
+        assert not [pid for pid in daemon_pids() if pid], "SLURM daemons outlived the tests"
+
+
+def daemon_pids() -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            command = cmdline.read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        if Path(command).name in ("slurmctld", "slurmd", "munged", "slurmstepd"):
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def readme_slurm_commands() -> list[list[str]]:
+    """The README's SLURM commands, with the test cluster's partition."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    lines = [line.split("  #")[0].strip() for line in readme.splitlines()]
+    commands = [line for line in lines if line.startswith("python -m reluexp -m hydra/launcher=")]
+    commands = [c for c in commands if "slurm" in c]
+    return [shlex.split(c.replace("<partition>", "debug"))[3:] for c in commands]
+
+
+def sweep(env, cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "reluexp", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_readme_has_both_launchers():
+    launchers = [args[1] for args in readme_slurm_commands()]
+    assert launchers == ["hydra/launcher=slurm", "hydra/launcher=submitit_slurm"]
+
+
+@pytest.mark.parametrize("args", readme_slurm_commands(), ids=lambda args: args[1])
+def test_every_job_runs_as_a_slurm_job(slurm_env, tmp_path, args):
+    result = sweep(slurm_env, tmp_path, *args)
+    assert result.returncode == 0, result.stderr
+    (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
+    summaries = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/summary.json"))]
+    assert [s["status"] for s in summaries] == ["completed", "completed"]
+    job_ids = [s["slurm_job_id"] for s in summaries]
+    assert all(job_ids) and len(set(job_ids)) == 2
+    assert "2 jobs: completed: 2" in (sweep_dir / "summary.md").read_text()
+    # The launching terminal shows one line per job, with its SLURM job.
+    lines = [line for line in result.stderr.splitlines() if re.match(r"\[\d/2\] ", line)]
+    assert [line.split()[1] for line in lines] == ["activation=myrelu", "activation=relu"]
+    assert all(f"(SLURM job {job_id})" in line for line, job_id in zip(lines, job_ids))
+
+
+def test_a_job_no_node_can_take_is_one_line_before_submitting(slurm_env, tmp_path):
+    result = sweep(
+        slurm_env, tmp_path, "-m", "hydra/launcher=slurm", "hydra.launcher.mem_gb=100000"
+    )
+    assert result.returncode == 2
+    assert re.fullmatch(
+        r"reluexp: error: hydra.launcher.mem_gb=100000: the nodes of the default partition have "
+        r"at most \S+ GB; such a job would never be scheduled",
+        result.stderr.strip(),
+    )
+    assert not list(tmp_path.glob("outputs/multirun/*/.submitit"))
+
+
+def squeue(env, *args: str) -> str:
+    result = subprocess.run(["squeue", "-h", *args], env=env, capture_output=True, text=True)
+    return result.stdout.strip()
+
+
+def start_long_sweep(env, cwd: Path, seeds: str) -> subprocess.Popen:
+    """A sweep of long jobs; returns once job 0 has written its first checkpoint."""
+    args = ["-m", "hydra/launcher=slurm", f"seed={seeds}", f"steps={STEPS}", "checkpoint_every=200"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reluexp", *args, *SMALL],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not list(cwd.glob(f"outputs/multirun/*/000_*/{CHECKPOINT_NAME}")):
+        assert time.monotonic() < deadline and process.poll() is None, "the job never checkpointed"
+        time.sleep(0.1)
+    return process
+
+
+def test_a_cancelled_job_is_a_result_and_the_sweep_goes_on(slurm_env, tmp_path):
+    process = start_long_sweep(slurm_env, tmp_path, "1,2")
+    first = json.loads(next(tmp_path.glob("outputs/multirun/*/000_*/summary.json")).read_text())
+    subprocess.run(["scancel", first["slurm_job_id"]], env=slurm_env, check=True)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr
+    (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
+    assert "2 jobs: completed: 1, interrupted: 1" in (sweep_dir / "summary.md").read_text()
+    (cancelled,) = sweep_dir.glob("000_*")
+    summary = json.loads((cancelled / "summary.json").read_text())
+    assert (summary["status"], summary["signal"]) == ("interrupted", "SIGTERM")
+    assert re.search(r"\[1/2\] seed=1 .* interrupted .*\(SLURM job \S+\)", stderr)
+
+
+def test_sigusr2_requeues_the_job_and_it_resumes_bit_for_bit(slurm_env, tmp_path):
+    process = start_long_sweep(slurm_env, tmp_path, "1")
+    deadline = time.monotonic() + 300
+    job = squeue(slurm_env, "-o", "%i")
+    # What SLURM sends before a time limit or a preemption (sbatch --signal=USR2@...).
+    subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True)
+    while squeue(slurm_env, "-j", job, "-o", "%T") != "PENDING":
+        assert time.monotonic() < deadline, "the job was not requeued"
+        time.sleep(0.1)
+    # A requeued job waits out SLURM's requeue hold (minutes); the test need not.
+    update = ["scontrol", "update", f"JobId={job}", "StartTime=now"]
+    subprocess.run(update, env=slurm_env, check=True)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr
+    (run_dir,) = tmp_path.glob("outputs/multirun/*/000_*")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps_done"] == STEPS
+    assert summary["resumes"] == 1 and summary["slurm_job_id"] == job
+    # Both parts of the run in one directory, one TensorBoard run; the same numbers as a run
+    # that was never interrupted (same config and thread count).
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2
+    config = config_from_dict(summary["config"])
+    config.threads = summary["threads"]
+    train.run(config, tmp_path / "uninterrupted")
+    assert losses(run_dir) == losses(tmp_path / "uninterrupted")
