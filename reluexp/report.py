@@ -177,9 +177,10 @@ def loss_by_step(jobs: list[Job]) -> dict[int, list[float]]:
 
 
 def group_jobs(jobs: list[Job]) -> list[Group]:
-    """Groups of jobs that differ only in seed, each custom group with its reference group,
-    their losses and differences read; ordered by final loss, each custom group right after
-    its reference."""
+    """Groups of jobs that differ only in seed, each custom group with its reference group and
+    its losses read; ordered by final loss, each custom group right after its reference. Each
+    custom job's loss difference to its reference job is written into its run on the way
+    (events.write_loss_difference), and its magnitude averaged into the group's `gap`."""
     by_label: dict[str, Group] = {}
     for job in jobs:
         by_label.setdefault(job.group, Group(job.group)).jobs.append(job)
