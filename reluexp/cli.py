@@ -180,25 +180,25 @@ def check_slurm_resources(launcher: DictConfig) -> None:
         raise ConfigError(
             f"hydra/launcher=slurm: cannot ask SLURM for its nodes ({error})"
         ) from None
-    nodes = [re.findall(r"\d+", line)[:2] for line in answer.stdout.splitlines()]
-    nodes = [
-        (int(cpus), int(memory_mb)) for cpus, memory_mb in filter(lambda n: len(n) == 2, nodes)
-    ]
+    # One line per group of nodes: CPUs and memory (MB), e.g. "2 24105".
+    fields = [re.findall(r"\d+", line)[:2] for line in answer.stdout.splitlines()]
+    nodes = [(int(pair[0]), int(pair[1])) for pair in fields if len(pair) == 2]
     if answer.returncode != 0 or not nodes:
         reason = (answer.stderr.strip().splitlines() or ["sinfo lists no nodes"])[-1]
         key = f"hydra.launcher.partition={partition}" if partition else "hydra/launcher"
         raise ConfigError(f"{key}: SLURM has no nodes in {where} here ({reason})")
+    most_cpus, most_memory_mb = max(c for c, _ in nodes), max(m for _, m in nodes)
     cpus = launcher.get("cpus_per_task") or 1
-    if cpus * (launcher.get("tasks_per_node") or 1) > max(c for c, _ in nodes):
+    if cpus * (launcher.get("tasks_per_node") or 1) > most_cpus:
         raise ConfigError(
             f"hydra.launcher.cpus_per_task={cpus}: the nodes of {where} have at most "
-            f"{max(c for c, _ in nodes)} CPUs; such a job would never be scheduled"
+            f"{most_cpus} CPUs; such a job would never be scheduled"
         )
     memory_gb = launcher.get("mem_gb")
-    if memory_gb and memory_gb * 1024 > max(m for _, m in nodes):
+    if memory_gb and memory_gb * 1024 > most_memory_mb:
         raise ConfigError(
             f"hydra.launcher.mem_gb={memory_gb}: the nodes of {where} have at most "
-            f"{max(m for _, m in nodes) / 1024:.3g} GB; such a job would never be scheduled"
+            f"{most_memory_mb / 1024:.3g} GB; such a job would never be scheduled"
         )
 
 

@@ -6,7 +6,6 @@ import ctypes
 import errno
 import fcntl
 import functools
-import logging
 import os
 import platform
 import signal
@@ -23,8 +22,6 @@ import torch
 
 import reluexp
 from reluexp.config import Config, ConfigError, Dtype, hidden_sizes, layer_sizes
-
-log = logging.getLogger("reluexp")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -246,18 +243,20 @@ def check_memory(config: Config, device: torch.device) -> None:
         )
 
 
+def process_state(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent pid from /proc/PID/stat; None once it is gone."""
+    try:
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+    except (OSError, IndexError, ValueError):
+        return None
+    return state, int(ppid)
+
+
 def child_processes() -> list[int]:
     """The pids of this process's children (a parallel launcher's workers), from /proc."""
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # pid (comm) state ppid ...: comm may hold spaces and parentheses.
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone since the glob
-        if int(fields[1]) == os.getpid():
-            children.append(int(stat.parent.name))
-    return children
+    pids = [int(path.name) for path in Path("/proc").iterdir() if path.name.isdigit()]
+    return [pid for pid in pids if (process_state(pid) or ("", 0))[1] == os.getpid()]
 
 
 def command_line(pid: int) -> str:
@@ -276,14 +275,8 @@ def stop_processes(pids: list[int], signum: int, timeout: float = 120.0) -> None
     alive = list(pids)
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
-        alive = [pid for pid in alive if Path(f"/proc/{pid}").exists() and not is_zombie(pid)]
+        # A zombie has ended: its parent (init, here) has not reaped it yet.
+        alive = [pid for pid in alive if (process_state(pid) or ("Z", 0))[0] != "Z"]
     for pid in alive:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
