@@ -4,10 +4,8 @@ in one line on stderr how it ended."""
 import logging
 import math
 import os
-import re
 import shlex
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +33,7 @@ from reluexp.environment import (
     stop_processes,
 )
 from reluexp.hydra_glue import CONFIG_PATH, one_line, task_config
+from reluexp.slurm import SubmititWatch, check_slurm_resources
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
 
 log = logging.getLogger("reluexp")
@@ -104,19 +103,35 @@ class Lifecycle(Callback):
             exit_with(error)
         check_writable("hydra.run.dir", config.hydra.run.dir)
 
+    watch: SubmititWatch | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The submitit launcher pickles the callbacks into every job; the watch stays here.
+        return {key: value for key, value in vars(self).items() if key != "watch"}
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        launcher = str(config.hydra.launcher.get("_target_", ""))
         try:
             check_job_name(config.hydra.job.name)
+            if "SlurmLauncher" in launcher:
+                check_slurm_resources(config.hydra.launcher)
         except ConfigError as error:
             exit_with(error)
-        if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
-            try:
-                check_slurm_resources(config.hydra.launcher)
-            except ConfigError as error:
-                exit_with(error)
         check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
         if in_worker_processes(config.hydra):
             stop_workers_on_signals(Path(config.hydra.sweep.dir))
+        if "submitit" in launcher:
+            # The jobs run elsewhere; their lines reach this terminal through the watch.
+            def line(number: int, summary: RunSummary) -> str:
+                return job_line(number, count_jobs(config), summary)
+
+            self.watch = SubmititWatch(
+                Path(config.hydra.sweep.dir),
+                str(config.hydra.launcher.submitit_folder),
+                on_slurm="SlurmLauncher" in launcher,
+                job_line=None if config.quiet else line,
+            )
+            self.watch.start()
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """In a sweep, one line per finished job: [3/12] activation=relu seed=1 completed ..."""
@@ -131,23 +146,24 @@ class Lifecycle(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """The sweep's summary; failed jobs make the sweep exit non-zero, after all have run."""
+        lost = 0
+        if self.watch is not None:
+            self.watch.stop()
+            lost = self.watch.failed
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
-        if "submitit" in str(config.hydra.launcher.get("_target_", "")) and not config.quiet:
-            # The jobs ran elsewhere (SLURM): their own lines are in their logs.
-            for number, job in enumerate(jobs):
-                print(job_line(number, len(jobs), job.summary), file=sys.stderr)
-        if any(job.summary.status == "failed" for job in jobs):
+        if lost or any(job.summary.status == "failed" for job in jobs):
             sys.exit(1)
 
 
 def job_line(number: int, total: int | None, summary: RunSummary) -> str:
     """A finished sweep job in one line: [3/12] activation=relu seed=1 completed loss=... ."""
-    final_loss = math.nan if summary.final_loss is None else summary.final_loss
-    wall_time = math.nan if summary.wall_time_s is None else summary.wall_time_s
-    line = (
-        f"[{number + 1}/{total or '?'}] {' '.join(summary.overrides)} {summary.status} "
-        f"loss={final_loss:.4g} in {wall_time:.1f} s"
-    )
+    line = f"[{number + 1}/{total or '?'}] {' '.join(summary.overrides)} {summary.status}"
+    if summary.status == "failed":
+        line += f": {summary.error}"
+    else:
+        final_loss = math.nan if summary.final_loss is None else summary.final_loss
+        wall_time = math.nan if summary.wall_time_s is None else summary.wall_time_s
+        line += f" loss={final_loss:.4g} in {wall_time:.1f} s"
     if summary.slurm_job_id:
         line += f" (SLURM job {summary.slurm_job_id})"
     return line
@@ -166,40 +182,6 @@ def count_jobs(job_config: DictConfig) -> int | None:
     """How many jobs the sweep launches: Optuna's n_trials, or the size of the grid."""
     planned = report.planned_jobs(Path(job_config.hydra.sweep.dir))
     return planned if planned is None or isinstance(planned, int) else len(planned)
-
-
-def check_slurm_resources(launcher: DictConfig) -> None:
-    """A job asking for more CPUs or memory than any node of its partition has is never
-    scheduled, and SLURM says nothing: say it before submitting."""
-    partition = launcher.get("partition")
-    where = f"partition {partition}" if partition else "the default partition"
-    command = ["sinfo", "-h", "-o", "%c %m", *(["-p", partition] if partition else [])]
-    try:
-        answer = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise ConfigError(
-            f"hydra/launcher=slurm: cannot ask SLURM for its nodes ({error})"
-        ) from None
-    # One line per group of nodes: CPUs and memory (MB), e.g. "2 24105".
-    fields = [re.findall(r"\d+", line)[:2] for line in answer.stdout.splitlines()]
-    nodes = [(int(pair[0]), int(pair[1])) for pair in fields if len(pair) == 2]
-    if answer.returncode != 0 or not nodes:
-        reason = (answer.stderr.strip().splitlines() or ["sinfo lists no nodes"])[-1]
-        key = f"hydra.launcher.partition={partition}" if partition else "hydra/launcher"
-        raise ConfigError(f"{key}: SLURM has no nodes in {where} here ({reason})")
-    most_cpus, most_memory_mb = max(c for c, _ in nodes), max(m for _, m in nodes)
-    cpus = launcher.get("cpus_per_task") or 1
-    if cpus * (launcher.get("tasks_per_node") or 1) > most_cpus:
-        raise ConfigError(
-            f"hydra.launcher.cpus_per_task={cpus}: the nodes of {where} have at most "
-            f"{most_cpus} CPUs; such a job would never be scheduled"
-        )
-    memory_gb = launcher.get("mem_gb")
-    if memory_gb and memory_gb * 1024 > most_memory_mb:
-        raise ConfigError(
-            f"hydra.launcher.mem_gb={memory_gb}: the nodes of {where} have at most "
-            f"{most_memory_mb / 1024:.3g} GB; such a job would never be scheduled"
-        )
 
 
 def in_worker_processes(hydra_config: DictConfig) -> bool:

@@ -31,7 +31,14 @@ OmegaConf.register_new_resolver("run_id", run_id, use_cache=True)
 OmegaConf.register_new_resolver(
     "run_dir", lambda resume: resume or f"outputs/runs/{run_id()}", use_cache=True
 )
-OmegaConf.register_new_resolver("job_number", lambda num: f"{int(num):03d}")
+
+
+def job_number(num: int | str) -> str:
+    """A sweep job's directory prefix: zero-padded, so directories sort in job order."""
+    return f"{int(num):03d}"
+
+
+OmegaConf.register_new_resolver("job_number", job_number)
 OmegaConf.register_new_resolver(
     "hydra_subdir",
     lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",

@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -129,9 +130,9 @@ def squeue(env, *args: str) -> str:
     return result.stdout.strip()
 
 
-def start_long_sweep(env, cwd: Path, seeds: str) -> subprocess.Popen:
+def start_long_sweep(env, cwd: Path, seeds: str, steps: int = STEPS) -> subprocess.Popen:
     """A sweep of long jobs; returns once job 0 has written its first checkpoint."""
-    args = ["-m", "hydra/launcher=slurm", f"seed={seeds}", f"steps={STEPS}", "checkpoint_every=200"]
+    args = ["-m", "hydra/launcher=slurm", f"seed={seeds}", f"steps={steps}", "checkpoint_every=200"]
     process = subprocess.Popen(
         [sys.executable, "-m", "reluexp", *args, *SMALL],
         cwd=cwd,
@@ -159,6 +160,53 @@ def test_a_cancelled_job_is_a_result_and_the_sweep_goes_on(slurm_env, tmp_path):
     summary = json.loads((cancelled / "summary.json").read_text())
     assert (summary["status"], summary["signal"]) == ("interrupted", "SIGTERM")
     assert re.search(r"\[1/2\] seed=1 .* interrupted .*\(SLURM job \S+\)", stderr)
+
+
+def job_python(job_id: str) -> int:
+    """The pid of the Python process running SLURM job `<array>_<task>` on this node."""
+    array, task = job_id.split("_")
+    wanted = {f"SLURM_ARRAY_JOB_ID={array}".encode(), f"SLURM_ARRAY_TASK_ID={task}".encode()}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            command = (environ.parent / "cmdline").read_bytes().split(b"\0")
+            variables = set(environ.read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        # Not srun, whose command line names the same module.
+        python = Path(command[0].decode()).name.startswith("python")
+        if python and b"submitit.core._submit" in command and wanted <= variables:
+            return int(environ.parent.name)
+    raise AssertionError(f"no Python process for SLURM job {job_id}")
+
+
+def test_a_killed_job_is_a_failed_result_reported_as_it_ends(slurm_env, tmp_path):
+    # SIGKILL, as the OOM killer sends it: the job never writes a result; submitit alone
+    # (without SLURM accounting) would wait for one forever.
+    process = start_long_sweep(slurm_env, tmp_path, "1,2", steps=10**6)
+    killed = json.loads(next(tmp_path.glob("outputs/multirun/*/000_*/summary.json")).read_text())
+    os.kill(job_python(killed["slurm_job_id"]), signal.SIGKILL)
+    deadline = time.monotonic() + 300
+    line = ""
+    while not line.startswith("[1/2] "):
+        assert time.monotonic() < deadline and process.poll() is None, "no line for the job"
+        line = process.stderr.readline()
+    assert line.startswith("[1/2] seed=1 steps=1000000 ")
+    assert line.strip().endswith(
+        " failed: SLURM ended the job FAILED (NonZeroExitCode) before it returned a result "
+        f"(SLURM job {killed['slurm_job_id']})"
+    )
+    # The line came as the job ended, while the sweep's other job still runs.
+    (other,) = squeue(slurm_env, "-o", "%i").split()
+    assert squeue(slurm_env, "-j", other, "-o", "%T") == "RUNNING"
+    subprocess.run(["scancel", other], env=slurm_env, check=True)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 1, stderr
+    (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
+    assert "2 jobs: failed: 1, interrupted: 1" in (sweep_dir / "summary.md").read_text()
+    (run_dir,) = sweep_dir.glob("000_*")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "ended the job FAILED" in summary["error"]
+    assert re.search(r"\[2/2\] seed=2 .* interrupted ", stderr)
 
 
 def test_sigusr2_requeues_the_job_and_it_resumes_bit_for_bit(slurm_env, tmp_path):
