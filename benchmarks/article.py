@@ -1,4 +1,10 @@
-"""The seed article's script, verbatim except that it stays on the CPU: the bare baseline."""
+"""The seed article's script, verbatim except that it stays on the CPU and takes its number of
+steps from the command line (500, the article's, by default): the bare baseline.
+
+    python benchmarks/article.py [steps]
+"""
+
+import sys
 
 import torch
 
@@ -30,7 +36,8 @@ w1 = torch.randn(D_in, H, device=device, dtype=dtype, requires_grad=True, genera
 w2 = torch.randn(H, D_out, device=device, dtype=dtype, requires_grad=True, generator=generator)
 
 learning_rate = 1e-6
-for t in range(500):
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 500
+for t in range(steps):
     relu = MyRelu.apply
     y_pred = relu(x.mm(w1)).mm(w2)
     loss = (y_pred - y).pow(2).sum()

@@ -2,9 +2,10 @@
 
     python -m benchmarks.overhead [--repetitions 9] [--steps 1000] [--processes 7]
 
-In-process per-step time (same process, alternating), and whole-process wall time of
-`python -m reluexp device=cpu` against `python benchmarks/article.py`, both at the reference size.
-Then where the stream's time goes: the same loop with parts of each row left unwritten.
+In-process per-step time (same process, alternating, both under reluexp's malloc settings), and
+whole-process wall time of `python -m reluexp device=cpu` against `python benchmarks/article.py`
+at the reference size: one step (start-up) and 6000 steps. Then where the stream's time goes:
+the same loop with parts of each row left unwritten.
 """
 
 import argparse
@@ -21,6 +22,7 @@ import torch
 from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp import train
 from reluexp.config import Config
+from reluexp.environment import keep_freed_memory
 from reluexp.functions import MyReLU
 from reluexp.metrics import MetricStream
 
@@ -28,7 +30,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def article_loop(steps: int) -> float:
-    """The article's loop (its zero_() included), timed per step."""
+    """The article's loop (its zero_() included), timed per step, under the malloc settings
+    reluexp's CPU runs use (glibc's defaults, put back after every reluexp run, would give the
+    baseline a page fault per reallocated block)."""
+    with keep_freed_memory():
+        return bare_loop(steps)
+
+
+def bare_loop(steps: int) -> float:
     generator = torch.Generator("cpu").manual_seed(42)
     x = torch.randn(64, 1000, generator=generator)
     y = torch.randn(64, 10, generator=generator)
@@ -80,6 +89,10 @@ PARTS = {
 }
 
 
+# Start-up (one step), and a run long enough for the stream to show.
+WHOLE_PROCESS_STEPS = (1, 6000)
+
+
 def process(*command: str) -> float:
     with tempfile.TemporaryDirectory() as cwd:
         start = time.perf_counter()
@@ -106,15 +119,18 @@ def main() -> None:
         },
         args.repetitions,
     )
+    article_script = str(REPO_ROOT / "benchmarks" / "article.py")
+    commands = {}
+    for steps in WHOLE_PROCESS_STEPS:
+        commands[f"python benchmarks/article.py {steps}"] = [article_script, str(steps)]
+        commands[f"python -m reluexp device=cpu steps={steps}"] = [
+            "-m",
+            "reluexp",
+            "device=cpu",
+            f"steps={steps}",
+        ]
     whole = alternate(
-        {
-            "python benchmarks/article.py": lambda: process(
-                sys.executable, str(REPO_ROOT / "benchmarks" / "article.py")
-            ),
-            "python -m reluexp device=cpu": lambda: process(
-                sys.executable, "-m", "reluexp", "device=cpu"
-            ),
-        },
+        {name: lambda argv=argv: process(sys.executable, *argv) for name, argv in commands.items()},
         args.processes,
     )
 
@@ -130,13 +146,12 @@ def main() -> None:
         {f"{n} thread{'s' * (n > 1)}": lambda n=n: at_threads(n) for n in (1, 2)}, args.repetitions
     )
     base = statistics.median(per_step["article loop"])
-    base_process = statistics.median(whole["python benchmarks/article.py"])
     lines = [
         "## Overhead of the per-step stream (reference size)",
         "",
         f"`python -m benchmarks.overhead`: {machine()}. Medians (min–max) over "
         f"{args.repetitions} alternating repetitions of {args.steps} steps, and over "
-        f"{args.processes} alternating whole processes of 500 steps.",
+        f"{args.processes} alternating whole processes.",
         "",
         "| loop | µs per step | ratio to the article's loop |",
         "| --- | --- | --- |",
@@ -164,12 +179,20 @@ def main() -> None:
         )
     lines += [
         "",
-        "| whole process | seconds | ratio to the article's script |",
-        "| --- | --- | --- |",
+        "| whole process | seconds | ratio to the article's script | difference, s |",
+        "| --- | --- | --- | --- |",
     ]
-    for name, samples in whole.items():
-        ratio = statistics.median(samples) / base_process
-        lines.append(f"| `{name}` | {summarize(samples)} | {ratio:.3f} |")
+    for steps in WHOLE_PROCESS_STEPS:
+        article = statistics.median(whole[f"python benchmarks/article.py {steps}"])
+        for name in (
+            f"python benchmarks/article.py {steps}",
+            f"python -m reluexp device=cpu steps={steps}",
+        ):
+            median = statistics.median(whole[name])
+            lines.append(
+                f"| `{name}` | {summarize(whole[name])} | {median / article:.3f} "
+                f"| {median - article:+.2f} |"
+            )
     lines += [
         "",
         "Threads: the article's loop at 1 and 2 torch threads (same process, alternating).",

@@ -2,6 +2,7 @@
 jobs, a line per job in the launching terminal as each ends, and a result for a job that SLURM
 ended without one (killed, out of memory, node failure), so the sweep never waits forever."""
 
+import logging
 import math
 import re
 import subprocess
@@ -86,6 +87,14 @@ def slurm_states(job_ids: list[str]) -> dict[str, str] | None:
     return states
 
 
+class WithoutSacctWarnings(logging.Filter):
+    """submitit asks `sacct` on every poll and, where SLURM keeps no accounting, warns each
+    time; the watch follows the jobs through `squeue` instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Bypassing sacct error" not in record.getMessage()
+
+
 class SubmititWatch:
     """In the launching process, beside Hydra's submitit launcher (which blocks until every
     job has a result pickle): prints each job's line as its result appears, and writes the
@@ -108,12 +117,15 @@ class SubmititWatch:
         # Jobs SLURM said had ended, without a result, at the previous poll.
         self.seen_ended: set[str] = set()
         self.failed = 0
+        self.quiet_sacct = WithoutSacctWarnings()
         self.stopping = threading.Event()
         self.thread = threading.Thread(
             target=self.poll_until_stopped, name="reluexp-submitit", daemon=True
         )
 
     def start(self) -> None:
+        if self.on_slurm:
+            logging.getLogger("submitit").addFilter(self.quiet_sacct)
         self.thread.start()
 
     def stop(self) -> None:
@@ -121,6 +133,7 @@ class SubmititWatch:
         self.stopping.set()
         self.thread.join()
         self.poll()
+        logging.getLogger("submitit").removeFilter(self.quiet_sacct)
 
     def poll_until_stopped(self) -> None:
         while not self.stopping.wait(POLL_SECONDS):

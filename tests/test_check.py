@@ -45,6 +45,21 @@ def test_lean_relu_matches_relu_exactly_and_saves_nothing_extra(tmp_path):
     assert by_name["torch.func.vmap"] == "pass"
 
 
+def test_lean_relu_and_silu_apply_without_binding_their_signature_per_call(monkeypatch):
+    from reluexp.functions import LeakyReLU, LeanReLU, SiLU
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("inspect.signature on a call")
+
+    x = torch.randn(8, requires_grad=True)
+    monkeypatch.setattr(torch.autograd.function.inspect, "signature", refuse)
+    for function in (LeanReLU, SiLU):
+        function.apply(x).sum().backward()
+    # torch's own apply binds on every call (LeakyReLU takes a keyword argument).
+    with pytest.raises(AssertionError, match="inspect.signature on a call"):
+        LeakyReLU.apply(x)
+
+
 def test_myrelu_report_matches_an_independent_computation(tmp_path):
     code, report = run_check(tmp_path, "activation=myrelu")
     assert code == 0

@@ -160,6 +160,16 @@ def test_seed_relu_copy_is_the_seed(reference):
     assert SeedRelu.apply(torch.tensor([0.0], requires_grad=True)).item() == 0.0
 
 
+def test_the_hidden_layers_leave_the_loss_computation_detached():
+    # Under compile=true an output that requires grad gets a zero gradient materialized and
+    # added in the compiled backward, every step.
+    x, y = torch.randn(4, 6), torch.randn(4, 2)
+    weights = [torch.randn(6, 5, requires_grad=True), torch.randn(5, 2, requires_grad=True)]
+    loss, hidden = train.squared_error(x, y, weights, torch.relu)
+    assert loss.requires_grad
+    assert [(pre.requires_grad, post.requires_grad) for pre, post in hidden] == [(False, False)]
+
+
 @pytest.mark.slow
 def test_compile_keeps_the_reference_numbers_within_float_rounding(tmp_path):
     steps = 60
