@@ -149,7 +149,7 @@ class Lifecycle(Callback):
         lost = 0
         if self.watch is not None:
             self.watch.stop()
-            lost = self.watch.failed
+            lost = self.watch.lost
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
         if lost or any(job.summary.status == "failed" for job in jobs):
             sys.exit(1)
@@ -158,7 +158,7 @@ class Lifecycle(Callback):
 def job_line(number: int, total: int | None, summary: RunSummary) -> str:
     """A finished sweep job in one line: [3/12] activation=relu seed=1 completed loss=... ."""
     line = f"[{number + 1}/{total or '?'}] {' '.join(summary.overrides)} {summary.status}"
-    if summary.status == "failed":
+    if summary.error:
         line += f": {summary.error}"
     else:
         final_loss = math.nan if summary.final_loss is None else summary.final_loss

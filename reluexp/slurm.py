@@ -116,7 +116,7 @@ class SubmititWatch:
         self.finished: set[str] = set()
         # Jobs SLURM said had ended, without a result, at the previous poll.
         self.seen_ended: set[str] = set()
-        self.failed = 0
+        self.lost = 0  # jobs SLURM ended without a result
         self.quiet_sacct = WithoutSacctWarnings()
         self.stopping = threading.Event()
         self.thread = threading.Thread(
@@ -189,7 +189,7 @@ class SubmititWatch:
         from submitit.core.utils import DelayedSubmission, cloudpickle_dump, temporary_save_path
 
         self.finished.add(job_id)
-        self.failed += 1
+        self.lost += 1
         # The launcher's call for this job: (overrides, sweep dir key, job number, ...).
         overrides, _, number, *_ = DelayedSubmission.load(submitted).args
         reason = f"SLURM ended the job {state} before it returned a result"
@@ -205,7 +205,8 @@ class SubmititWatch:
 def mark_failed(
     sweep_dir: Path, number: int, overrides: list[str], job_id: str, reason: str
 ) -> RunSummary:
-    """The job's run, if it started, recorded as failed with the reason; its summary."""
+    """The job's run recorded as failed with the reason; a job that never started (cancelled
+    while pending) has no run to record: the sweep summary lists it as not started."""
     for run_dir in sweep_dir.glob(f"{job_number(number)}_*"):
         try:
             summary = RunSummary.read(run_dir)
@@ -215,4 +216,4 @@ def mark_failed(
             summary.status, summary.error, summary.slurm_job_id = "failed", reason, job_id
             summary.write(run_dir)
             return summary
-    return RunSummary(status="failed", overrides=overrides, error=reason, slurm_job_id=job_id)
+    return RunSummary(status="not started", overrides=overrides, error=reason, slurm_job_id=job_id)

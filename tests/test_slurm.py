@@ -211,6 +211,36 @@ def test_a_killed_job_is_a_failed_result_reported_as_it_ends(slurm_env, tmp_path
     assert re.search(r"\[2/2\] seed=2 .* interrupted ", stderr)
 
 
+def test_a_job_cancelled_before_it_starts_is_reported_and_never_waited_for(slurm_env, tmp_path):
+    # A job as wide as the node: the second job waits until the first is done.
+    cpus = subprocess.run(
+        ["sinfo", "-h", "-o", "%c"], env=slurm_env, capture_output=True, text=True, check=True
+    ).stdout.split()[0]
+    args = ["-m", "hydra/launcher=slurm", f"hydra.launcher.cpus_per_task={cpus}", "seed=1,2"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reluexp", *args, f"steps={STEPS}", *SMALL],
+        cwd=tmp_path,
+        env=slurm_env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while sorted(squeue(slurm_env, "-r", "-o", "%T").split()) != ["PENDING", "RUNNING"]:
+        assert time.monotonic() < deadline and process.poll() is None, "no job ever waited"
+        time.sleep(0.1)
+    pending = squeue(slurm_env, "-r", "-t", "PENDING", "-o", "%i")
+    subprocess.run(["scancel", pending], env=slurm_env, check=True)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 1, stderr
+    assert re.search(
+        r"\[2/2\] seed=2 .* not started: SLURM ended the job CANCELLED .*before it returned a "
+        rf"result \(SLURM job {pending}\)",
+        stderr,
+    )
+    (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
+    assert "2 jobs: completed: 1, not started: 1" in (sweep_dir / "summary.md").read_text()
+
+
 def test_sigusr2_requeues_the_job_and_it_resumes_bit_for_bit(slurm_env, tmp_path):
     process = start_long_sweep(slurm_env, tmp_path, "1")
     deadline = time.monotonic() + 300
