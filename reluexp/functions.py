@@ -33,7 +33,7 @@ class ApplyWithoutBinding:
     """
 
     @classmethod
-    def apply(cls, *args):
+    def apply(cls, *args: torch.Tensor) -> torch.Tensor:
         if torch._C._are_functorch_transforms_active():
             return super().apply(*args)
         # What Function.apply then does, less the binding: torch's C++ apply.

@@ -18,6 +18,7 @@ from reluexp.config import ConfigError
 from reluexp.hydra_glue import job_number
 from reluexp.summary import RunSummary, SummaryError
 
+log = logging.getLogger("reluexp")
 POLL_SECONDS = 2.0
 GONE = "(no longer known to SLURM)"
 # Job states after which SLURM runs nothing more for the job (squeue --states=all).
@@ -107,7 +108,7 @@ class SubmititWatch:
         submitit_folder: str,
         on_slurm: bool,
         job_line: Callable[[int, RunSummary], str] | None,
-    ):
+    ) -> None:
         self.sweep_dir = sweep_dir
         # submitit's folder has `%j` for the job id: one directory per job (array task).
         self.job_dirs = Path(submitit_folder.replace("%j", "*"))
@@ -137,7 +138,10 @@ class SubmititWatch:
 
     def poll_until_stopped(self) -> None:
         while not self.stopping.wait(POLL_SECONDS):
-            self.poll()
+            try:
+                self.poll()
+            except Exception as error:  # a watch that died would leave the sweep waiting
+                log.warning("watching the SLURM jobs: %s: %s", type(error).__name__, error)
 
     def poll(self) -> None:
         waiting = {}
