@@ -120,15 +120,18 @@ def main() -> None:
         args.repetitions,
     )
     article_script = str(REPO_ROOT / "benchmarks" / "article.py")
-    commands = {}
-    for steps in WHOLE_PROCESS_STEPS:
-        commands[f"python benchmarks/article.py {steps}"] = [article_script, str(steps)]
-        commands[f"python -m reluexp device=cpu steps={steps}"] = [
-            "-m",
-            "reluexp",
-            "device=cpu",
-            f"steps={steps}",
-        ]
+    # steps -> (the article's command, reluexp's), each with its argv after the interpreter.
+    pairs = {
+        steps: (
+            (f"python benchmarks/article.py {steps}", [article_script, str(steps)]),
+            (
+                f"python -m reluexp device=cpu steps={steps}",
+                ["-m", "reluexp", "device=cpu", f"steps={steps}"],
+            ),
+        )
+        for steps in WHOLE_PROCESS_STEPS
+    }
+    commands = dict(command for pair in pairs.values() for command in pair)
     whole = alternate(
         {name: lambda argv=argv: process(sys.executable, *argv) for name, argv in commands.items()},
         args.processes,
@@ -182,12 +185,9 @@ def main() -> None:
         "| whole process | seconds | ratio to the article's script | difference, s |",
         "| --- | --- | --- | --- |",
     ]
-    for steps in WHOLE_PROCESS_STEPS:
-        article = statistics.median(whole[f"python benchmarks/article.py {steps}"])
-        for name in (
-            f"python benchmarks/article.py {steps}",
-            f"python -m reluexp device=cpu steps={steps}",
-        ):
+    for (article_name, _), (reluexp_name, _) in pairs.values():
+        article = statistics.median(whole[article_name])
+        for name in (article_name, reluexp_name):
             median = statistics.median(whole[name])
             lines.append(
                 f"| `{name}` | {summarize(whole[name])} | {median / article:.3f} "

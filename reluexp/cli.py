@@ -1,6 +1,7 @@
 """`python -m reluexp`: the Hydra app. Compose the typed config, run it in its run dir, and say
 in one line on stderr how it ended."""
 
+import functools
 import logging
 import math
 import os
@@ -73,6 +74,12 @@ def check_job_name(name: str) -> None:
 class Lifecycle(Callback):
     """Checks before Hydra creates a single directory; the summary after a sweep."""
 
+    watch: SubmititWatch | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The submitit launcher pickles the callbacks into every job; the watch stays here.
+        return {key: value for key, value in vars(self).items() if key != "watch"}
+
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if config.resume is not None:
             try:
@@ -103,12 +110,6 @@ class Lifecycle(Callback):
             exit_with(error)
         check_writable("hydra.run.dir", config.hydra.run.dir)
 
-    watch: SubmititWatch | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The submitit launcher pickles the callbacks into every job; the watch stays here.
-        return {key: value for key, value in vars(self).items() if key != "watch"}
-
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         launcher = str(config.hydra.launcher.get("_target_", ""))
         try:
@@ -122,8 +123,11 @@ class Lifecycle(Callback):
             stop_workers_on_signals(Path(config.hydra.sweep.dir))
         if "submitit" in launcher:
             # The jobs run elsewhere; their lines reach this terminal through the watch.
+            # multirun.yaml, which says how many jobs there are, is written after this call.
+            total = functools.cache(lambda: count_jobs(config))
+
             def line(number: int, summary: RunSummary) -> str:
-                return job_line(number, count_jobs(config), summary)
+                return job_line(number, total(), summary)
 
             self.watch = SubmititWatch(
                 Path(config.hydra.sweep.dir),

@@ -137,11 +137,15 @@ class SubmititWatch:
         logging.getLogger("submitit").removeFilter(self.quiet_sacct)
 
     def poll_until_stopped(self) -> None:
+        said = None
         while not self.stopping.wait(POLL_SECONDS):
             try:
                 self.poll()
             except Exception as error:  # a watch that died would leave the sweep waiting
-                log.warning("watching the SLURM jobs: %s: %s", type(error).__name__, error)
+                message = f"watching the SLURM jobs: {type(error).__name__}: {error}"
+                if message != said:  # once, not every poll
+                    log.warning(message)
+                said = message
 
     def poll(self) -> None:
         waiting = {}
