@@ -29,6 +29,7 @@ from reluexp.environment import (
     check_memory,
     child_processes,
     command_line,
+    exit_without_teardown,
     resolve_device,
     slurm_job_id,
     stop_processes,
@@ -249,7 +250,16 @@ def hydra_quoted_resume(arg: str) -> str:
 
 
 def main() -> None:
-    """The console script and `python -m reluexp`: a composition error is one line, exit 2."""
+    """The console script and `python -m reluexp`; the process ends as soon as the app has."""
+    try:
+        app()
+    except SystemExit as stop:
+        exit_without_teardown(stop.code)
+    exit_without_teardown(0)
+
+
+def app() -> None:
+    """The Hydra app, with a composition error as one line and exit 2."""
     sys.argv[1:] = [hydra_quoted_resume(arg) for arg in sys.argv[1:]]
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         task()  # the user asked for Hydra's full trace
