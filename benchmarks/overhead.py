@@ -4,11 +4,12 @@
 
 In-process per-step time (same process, alternating, both under reluexp's malloc settings), and
 whole-process wall time of `python -m reluexp device=cpu` against `python benchmarks/article.py`
-at the reference size: one step (start-up) and 6000 steps. Then where the stream's time goes:
-the same loop with parts of each row left unwritten.
+at the reference size: one step (start-up) and 6000 steps. Where the stream's time goes: the
+streamed loop with torch ops instead of the fused kernel, and without the activation counters.
 """
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -16,15 +17,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
 from benchmarks.common import alternate, machine, summarize, write_section
-from reluexp import train
+from reluexp import metrics, train
 from reluexp.config import Config
 from reluexp.environment import keep_freed_memory
 from reluexp.functions import MyReLU
-from reluexp.metrics import MetricStream
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,34 +58,20 @@ def bare_loop(steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def reluexp_loop(steps: int, log_every: int, stream: type[MetricStream] = MetricStream) -> float:
-    """train.run's loop time per step (summary.json's wall time covers the loop and flushes)."""
-    default_stream, train.MetricStream = train.MetricStream, stream
-    try:
-        with tempfile.TemporaryDirectory() as run_dir:
-            train.run(Config(device="cpu", steps=steps, log_every=log_every), Path(run_dir))
-            return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
-    finally:
-        train.MetricStream = default_stream
+def reluexp_loop(steps: int, log_every: int, variant: str = "as shipped") -> float:
+    """train.run's loop time per step (summary.json's wall time covers the loop and flushes),
+    as shipped or in one of VARIANTS."""
+    with VARIANTS[variant], tempfile.TemporaryDirectory() as run_dir:
+        train.run(Config(device="cpu", steps=steps, log_every=log_every), Path(run_dir))
+        return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
 
 
-def without(*parts: str) -> type[MetricStream]:
-    """A MetricStream that leaves these parts of every row unwritten (zeros)."""
-    skipped = {f"record_{part}": lambda self, *args: None for part in parts}
-    return type(f"Without_{'_'.join(parts)}", (MetricStream,), skipped)
-
-
-# What each part of a row costs: the loop with it left out, against the full stream.
-PARTS = {
-    "loss and exact-zero counts": ("scalars",),
-    "per-unit activation ranges (dead fraction)": ("unit_ranges",),
-    "gradient norms": ("grad_norms",),
-    "weight norms": ("weight_norms",),
-    "all four (bookkeeping, flushes and event writes remain)": (
-        "scalars",
-        "unit_ranges",
-        "grad_norms",
-        "weight_norms",
+# The streamed loop with one thing changed, to show what each part of a row costs.
+VARIANTS = {
+    "as shipped": contextlib.nullcontext(),
+    "torch ops instead of the fused kernel": mock.patch.object(metrics, "_fused", None),
+    "without the loss and activation counters": mock.patch.object(
+        metrics.MetricRow, "record_activations", lambda self, loss, hidden: None
     ),
 }
 
@@ -111,11 +98,13 @@ def main() -> None:
         {
             "article loop": lambda: article_loop(args.steps),
             "reluexp, every step streamed": lambda: reluexp_loop(args.steps, log_every=1),
-            "reluexp, stream off": lambda: reluexp_loop(args.steps, log_every=10**9),
             **{
-                f"without {name}": lambda parts=parts: reluexp_loop(args.steps, 1, without(*parts))
-                for name, parts in PARTS.items()
+                f"reluexp, every step streamed, {variant}": (
+                    lambda variant=variant: reluexp_loop(args.steps, 1, variant)
+                )
+                for variant in list(VARIANTS)[1:]
             },
+            "reluexp, stream off": lambda: reluexp_loop(args.steps, log_every=10**9),
         },
         args.repetitions,
     )
@@ -160,25 +149,8 @@ def main() -> None:
         "| --- | --- | --- |",
     ]
     for name, samples in per_step.items():
-        if name.startswith("without "):
-            continue
         lines.append(
             f"| {name} | {summarize(samples, 1e6)} | {statistics.median(samples) / base:.3f} |"
-        )
-    streamed = statistics.median(per_step["reluexp, every step streamed"])
-    lines += [
-        "",
-        "Where the stream's time goes: the streamed loop with a part of every row left unwritten "
-        "(same run, alternating); a part's cost is the streamed loop's time minus that loop's.",
-        "",
-        "| left out | µs per step | part's cost, µs per step | part's cost / article step |",
-        "| --- | --- | --- | --- |",
-    ]
-    for name in PARTS:
-        samples = per_step[f"without {name}"]
-        cost = streamed - statistics.median(samples)
-        lines.append(
-            f"| {name} | {summarize(samples, 1e6)} | {cost * 1e6:.1f} | {cost / base:.3f} |"
         )
     lines += [
         "",

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+CPU = torch.device("cpu")
+
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
 # ... or this many seconds, so a slow run still streams.
@@ -26,6 +28,12 @@ def metric_tags(num_weights: int) -> list[str]:
     ]
 
 
+try:
+    from reluexp import _fused
+except ImportError:  # built without a C compiler: the same work runs as torch ops
+    _fused = None
+
+
 def squared_norm(tensor: torch.Tensor, out: torch.Tensor) -> None:
     """||tensor||² into `out` as one BLAS dot: single-threaded, no temporary, no host sync.
 
@@ -34,6 +42,11 @@ def squared_norm(tensor: torch.Tensor, out: torch.Tensor) -> None:
     """
     flat = tensor.reshape(-1)
     torch.dot(flat, flat, out=out)
+
+
+def address(tensor: torch.Tensor) -> int:
+    """Where the fused kernel reads a tensor (contiguous; a copy made here if not)."""
+    return tensor.contiguous().data_ptr()
 
 
 @dataclass
@@ -47,85 +60,122 @@ class MetricRows:
     live_units: list[list[int]]
 
 
+class MetricRow:
+    """One step's cells in the stream's device blocks (views made once), and how a step fills
+    them: `record_activations` after the backward, then the norms around the update
+    (`record_grad_norms` before it, `record_weight_norms` after), or, with the fused kernel,
+    `seed_update_with_norms` doing the seed's update and taking both in the same pass.
+
+    The fused kernel (reluexp/_fused.c) serves float32 CPU runs: one call per weight reads the
+    gradient and the weight once and writes the weight once; one call per hidden layer reads
+    it once. The torch ops do the same work on any device and dtype."""
+
+    def __init__(self, scalars: torch.Tensor, norms: torch.Tensor, unit_max, unit_min, fused):
+        self.loss_cell, *self.nonzero_cells = scalars
+        half = len(norms) // 2
+        self.grad_cells, self.weight_cells = list(norms[:half]), list(norms[half:])
+        self.max_cells, self.min_cells = unit_max, unit_min
+        self.fused = fused
+        if fused:
+            self.nonzero_addresses = [cell.data_ptr() for cell in self.nonzero_cells]
+            self.max_addresses = [cell.data_ptr() for cell in unit_max]
+            self.min_addresses = [cell.data_ptr() for cell in unit_min]
+            self.grad_addresses = [cell.data_ptr() for cell in self.grad_cells]
+            self.weight_addresses = [cell.data_ptr() for cell in self.weight_cells]
+
+    def record_activations(self, loss: torch.Tensor, hidden: list) -> None:
+        """The loss; each hidden layer's nonzero pre-activations and per-unit extremes."""
+        self.loss_cell.copy_(loss)  # 0-dim copies: a third of the time of a mixed-dtype stack
+        if self.fused:
+            for (pre, post), nonzero, unit_max, unit_min in zip(
+                hidden, self.nonzero_addresses, self.max_addresses, self.min_addresses
+            ):
+                rows, units = post.shape
+                _fused.layer_counts(
+                    address(pre), address(post), rows, units, unit_max, unit_min, nonzero
+                )
+            return
+        for (pre, post), nonzero, unit_max, unit_min in zip(
+            hidden, self.nonzero_cells, self.max_cells, self.min_cells
+        ):
+            nonzero.copy_(torch.count_nonzero(pre))
+            torch.amax(post, dim=0, out=unit_max)
+            torch.amin(post, dim=0, out=unit_min)
+
+    def record_grad_norms(self, weights: list[torch.Tensor]) -> None:
+        for cell, w in zip(self.grad_cells, weights):
+            squared_norm(w.grad, cell)
+
+    def record_weight_norms(self, weights: list[torch.Tensor]) -> None:
+        for cell, w in zip(self.weight_cells, weights):
+            squared_norm(w.detach(), cell)
+
+    def seed_update_with_norms(self, weights: list[torch.Tensor], lr: float) -> None:
+        """The seed's `w -= lr * w.grad` (bit-identical), gradients dropped, with the squared
+        norms of each gradient and updated weight taken in the same pass."""
+        for w, grad_cell, weight_cell in zip(weights, self.grad_addresses, self.weight_addresses):
+            _fused.update_and_norms(
+                w.data_ptr(), address(w.grad), w.numel(), lr, grad_cell, weight_cell
+            )
+            w.grad = None
+
+
 class MetricStream:
     """Records every logged step's metrics on the device; hands them to the host in blocks.
 
-    A step writes its row in place into three preallocated device blocks, through views made
-    once (at the reference size an op costs more in dispatch than in arithmetic, so a step
-    runs as few as it can, allocates nothing and keeps nothing alive):
+    A step writes its row in place into three preallocated device blocks, through the views
+    of a MetricRow (at the reference size an op costs more in dispatch than in arithmetic, so
+    a step runs as few as it can, allocates nothing and keeps nothing alive):
     - `scalars` (float64, exact for both): the loss and each layer's nonzero pre-activations;
-    - `norms` (the run's dtype): squared gradient and weight norms, one BLAS dot each;
+    - `norms` (the run's dtype): squared gradient and weight norms;
     - `unit_max`, `unit_min` (the run's dtype): each hidden unit's extreme activations over the
       batch (two reductions without a temporary: a third of abs+amax's time at N=4096, H=4096).
     A flush counts the live units of the whole block at once and reads each block with one
     copy; square roots, the total norm, the dead fraction and the exact zeros are derived on
-    the host.
-
-    A row is written in two calls: `record_gradients` before the update (the manual update
-    consumes the gradients) and `record_weights` after it, where the update has just left the
-    weights in cache; the weight norms are those of the weights the step produced.
+    the host. The weight norms are those of the weights the step produced.
     """
 
-    def __init__(self, batch: int, widths: list[int], weights: list[torch.Tensor]):
+    def __init__(
+        self, batch: int, widths: list[int], weights: list[torch.Tensor], use_kernel: bool = True
+    ):
         self.batch = batch
         self.widths = widths
         self.num_weights = len(weights)
         self.tags = metric_tags(self.num_weights)
         like = {"dtype": weights[0].dtype, "device": weights[0].device}
+        self.fused = (
+            use_kernel
+            and _fused is not None
+            and like == {"dtype": torch.float32, "device": CPU}
+            and all(w.is_contiguous() for w in weights)  # updated in place at data_ptr()
+        )
         self.scalars = torch.zeros(
             FLUSH_ROWS, 1 + len(widths), dtype=torch.float64, device=like["device"]
         )
         self.norms = torch.zeros(FLUSH_ROWS, 2 * self.num_weights, **like)
         self.unit_max = torch.zeros(FLUSH_ROWS, sum(widths), **like)
         self.unit_min = torch.zeros(FLUSH_ROWS, sum(widths), **like)
-        self.scalar_cells = [list(row) for row in self.scalars]
-        self.norm_cells = [list(row) for row in self.norms]
         bounds = [0, *itertools.accumulate(widths)]
         self.layer_columns = list(zip(bounds, bounds[1:]))
-        self.max_cells = [[row[a:b] for a, b in self.layer_columns] for row in self.unit_max]
-        self.min_cells = [[row[a:b] for a, b in self.layer_columns] for row in self.unit_min]
-        # Flat views share the weights' storage: they see every in-place update.
-        self.flat_weights = [w.detach().view(-1) for w in weights]
+        self.rows = [
+            MetricRow(
+                self.scalars[i],
+                self.norms[i],
+                [self.unit_max[i, a:b] for a, b in self.layer_columns],
+                [self.unit_min[i, a:b] for a, b in self.layer_columns],
+                self.fused,
+            )
+            for i in range(FLUSH_ROWS)
+        ]
         self.steps: list[int] = []
         self.times: list[float] = []
         self.last_flush = time.perf_counter()
 
-    def record_gradients(
-        self,
-        loss: torch.Tensor,
-        grads: list[torch.Tensor],
-        hidden: list[tuple[torch.Tensor, torch.Tensor]],
-    ) -> None:
-        """The next row's loss, counters and squared gradient norms; call before the update."""
-        row = len(self.steps)
-        self.record_scalars(row, loss, hidden)
-        self.record_unit_ranges(row, hidden)
-        self.record_grad_norms(row, grads)
+    def next_row(self) -> MetricRow:
+        """The cells of the row the next recorded step fills; `end_row` completes it."""
+        return self.rows[len(self.steps)]
 
-    def record_scalars(self, row: int, loss: torch.Tensor, hidden: list) -> None:
-        # 0-dim copies: a third of the time of one mixed-dtype stack.
-        loss_cell, *nonzero_cells = self.scalar_cells[row]
-        loss_cell.copy_(loss)
-        for cell, (pre, _) in zip(nonzero_cells, hidden):
-            cell.copy_(torch.count_nonzero(pre))
-
-    def record_unit_ranges(self, row: int, hidden: list) -> None:
-        for max_cell, min_cell, (_, post) in zip(self.max_cells[row], self.min_cells[row], hidden):
-            torch.amax(post, dim=0, out=max_cell)
-            torch.amin(post, dim=0, out=min_cell)
-
-    def record_grad_norms(self, row: int, grads: list[torch.Tensor]) -> None:
-        for cell, grad in zip(self.norm_cells[row], grads):
-            squared_norm(grad, cell)
-
-    def record_weight_norms(self, row: int) -> None:
-        cells = self.norm_cells[row][self.num_weights :]
-        for cell, flat in zip(cells, self.flat_weights):
-            torch.dot(flat, flat, out=cell)
-
-    def record_weights(self, step: int) -> None:
-        """Complete the row with the updated weights' squared norms."""
-        self.record_weight_norms(len(self.steps))
+    def end_row(self, step: int) -> None:
         self.steps.append(step)
         self.times.append(time.time())
 

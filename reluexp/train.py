@@ -38,7 +38,7 @@ from reluexp.environment import (
     versions,
 )
 from reluexp.events import EventWriter
-from reluexp.metrics import MetricStream, metric_tags
+from reluexp.metrics import MetricRow, MetricStream, metric_tags
 from reluexp.model import forward, init_weights
 from reluexp.progress import Progress
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
@@ -251,20 +251,12 @@ def train_loop(
         recording = step % config.log_every == 0 or config.prints_at(step)
         recording = recording or step == config.steps - 1
         with torch.no_grad():
-            if recording:
-                stream.record_gradients(loss, [w.grad for w in state.weights], hidden)
-            if state.optimizer is None:
-                for w in state.weights:
-                    # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in the
-                    # gradient, which is then dropped instead of zeroed: the same values,
-                    # without a temporary, a fill and an accumulate per weight.
-                    w -= w.grad.mul_(config.lr)
-                    w.grad = None
-            else:
-                state.optimizer.step()
-                state.optimizer.zero_grad()
-            if recording:
-                stream.record_weights(step)
+            row = stream.next_row() if recording else None
+            if row is not None:
+                row.record_activations(loss, hidden)
+            update_weights(state, config.lr, row)
+            if row is not None:
+                stream.end_row(step)
         state.step += 1
         if stream.due:
             recorder.flush()
@@ -273,6 +265,28 @@ def train_loop(
             recorder.flush()  # so the checkpoint's min/final loss cover every step before it
             save_state(run_dir, config, state)
     recorder.flush()
+
+
+def update_weights(state: RunState, lr: float, row: MetricRow | None) -> None:
+    """The step's update; a recorded step's gradient norms are taken before it (it consumes
+    the gradients) and its weight norms after it, or, fused, in the same pass."""
+    if state.optimizer is None and row is not None and row.fused:
+        row.seed_update_with_norms(state.weights, lr)
+        return
+    if row is not None:
+        row.record_grad_norms(state.weights)
+    if state.optimizer is None:
+        for w in state.weights:
+            # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in the
+            # gradient, which is then dropped instead of zeroed: the same values, without a
+            # temporary, a fill and an accumulate per weight.
+            w -= w.grad.mul_(lr)
+            w.grad = None
+    else:
+        state.optimizer.step()
+        state.optimizer.zero_grad()
+    if row is not None:
+        row.record_weight_norms(state.weights)
 
 
 def hparams(config: Config, device: torch.device) -> dict[str, Any]:

@@ -9,7 +9,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from reluexp import train
+from reluexp import metrics, train
+from reluexp.checkpoint import load_checkpoint
 from reluexp.config import Config, ConfigError
 from reluexp.metrics import MetricStream, metric_tags
 from tests.helpers import SeedRelu, run_cli, seed_loop
@@ -213,22 +214,69 @@ def test_keep_freed_memory_reuses_a_large_block_without_page_faults_then_puts_ma
     assert after > pages / 2
 
 
-def test_dead_fraction_counts_units_zero_on_the_whole_batch_of_any_sign():
-    # Units: always 0 (dead), 0 or negative (alive, as a leaky unit), mixed (alive), -0.0 (dead).
-    post = torch.tensor([[0.0, 0.0, 0.0, -0.0], [0.0, -0.1, 2.0, 0.0]])
-    pre = torch.tensor([[0.0, -5.0, -1.0, -0.0], [-3.0, -1.0, 2.0, -2.0]])
-    weights = [torch.ones(3, 4), torch.ones(4, 1)]
-    grads = [torch.full((3, 4), 2.0), torch.zeros(4, 1)]
-    stream = MetricStream(batch=2, widths=[4], weights=weights)
-    stream.record_gradients(torch.tensor(1.5), grads, [(pre, post)])
-    stream.record_weights(step=0)
+@pytest.mark.parametrize("fused", [True, False], ids=["fused kernel", "torch ops"])
+def test_a_row_counts_dead_units_zeros_and_norms_the_same_with_the_kernel_or_torch(fused):
+    if fused and metrics._fused is None:
+        pytest.fail("reluexp._fused was not built: is a C compiler installed?")
+    # Units: always 0 (dead), 0 or negative (alive, as a leaky unit), mixed (alive), -0.0
+    # (dead), NaN in one example (alive: a diverging run's units are not reported dead).
+    nan = math.nan
+    post = torch.tensor([[0.0, 0.0, 0.0, -0.0, 1.0], [0.0, -0.1, 2.0, 0.0, nan]])
+    pre = torch.tensor([[0.0, -5.0, -1.0, -0.0, 1.0], [-3.0, -1.0, 2.0, -2.0, nan]])
+    # 200 elements: the kernel's vector loop and its scalar tail.
+    weights = [torch.ones(40, 5, requires_grad=True), torch.ones(5, 1, requires_grad=True)]
+    weights[0].grad, weights[1].grad = torch.full((40, 5), 2.0), torch.zeros(5, 1)
+    stream = MetricStream(batch=2, widths=[5], weights=weights, use_kernel=fused)
+    assert stream.fused == fused
+    row = stream.next_row()
+    row.record_activations(torch.tensor(1.5), [(pre, post)])
+    with torch.no_grad():
+        train.update_weights(train.RunState(weights, optimizer=None), 0.25, row)
+    stream.end_row(step=0)
     block = stream.flush()
     assert block.steps == [0]
+    assert block.live_units == [[3]]
     row = dict(zip(metric_tags(len(weights)), block.rows[0]))
     assert row["loss/train"] == 1.5
-    assert row["activation/dead_fraction"] == 0.5
+    assert row["activation/dead_fraction"] == 0.4
     assert row["activation/exact_zeros"] == 2
-    assert row["grad_norm/w1"] == pytest.approx(2 * 12**0.5, rel=1e-12)
-    assert row["grad_norm/total"] == pytest.approx(2 * 12**0.5, rel=1e-12)
-    assert row["weight_norm/w1"] == pytest.approx(12**0.5, rel=1e-12)
+    assert row["grad_norm/w1"] == pytest.approx(2 * 200**0.5, rel=1e-7)
+    assert row["grad_norm/total"] == pytest.approx(2 * 200**0.5, rel=1e-7)
+    # The seed's update: 1 - 0.25 * 2 = 0.5 everywhere; the gradients are dropped.
+    assert torch.equal(weights[0].detach(), torch.full((40, 5), 0.5))
+    assert row["weight_norm/w1"] == pytest.approx(200**0.5 / 2, rel=1e-7)
+    assert weights[0].grad is None and weights[1].grad is None
     assert stream.flush().steps == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps")
+def test_the_fused_kernel_runs_on_torchs_openmp_runtime_not_a_second_one():
+    # Two runtimes would mean two thread teams spinning on the same cores.
+    script = (
+        "import re, reluexp.metrics as m\n"
+        "assert m._fused\n"
+        "print(*set(re.findall(r'\\S*libgomp\\S*', open('/proc/self/maps').read())))"
+    )
+    libraries = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(libraries) == 1 and "torch" in libraries[0], libraries
+
+
+def test_the_fused_kernel_trains_bit_for_bit_as_the_torch_ops(tmp_path, monkeypatch):
+    if metrics._fused is None:
+        pytest.fail("reluexp._fused was not built: is a C compiler installed?")
+    config = Config(device="cpu", steps=300, checkpoint_every=0)
+    train.run(config, tmp_path / "fused")
+    monkeypatch.setattr(metrics, "_fused", None)
+    train.run(config, tmp_path / "torch")
+    fused, plain = scalars(tmp_path / "fused"), scalars(tmp_path / "torch")
+    assert fused.keys() == plain.keys()
+    for tag in fused:
+        values, expected = [v for _, v in fused[tag]], [v for _, v in plain[tag]]
+        if "norm" in tag:  # sums taken in another order
+            assert values == pytest.approx(expected, rel=1e-5), tag
+        else:
+            assert values == expected, tag
+    weights = [load_checkpoint(tmp_path / run)["weights"] for run in ("fused", "torch")]
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
