@@ -44,11 +44,6 @@ def squared_norm(tensor: torch.Tensor, out: torch.Tensor) -> None:
     torch.dot(flat, flat, out=out)
 
 
-def address(tensor: torch.Tensor) -> int:
-    """Where the fused kernel reads a tensor (contiguous; a copy made here if not)."""
-    return tensor.contiguous().data_ptr()
-
-
 @dataclass
 class MetricRows:
     """A flushed block: the steps, their wall times and one host row (metric_tags order) each,
@@ -70,7 +65,14 @@ class MetricRow:
     gradient and the weight once and writes the weight once; one call per hidden layer reads
     it once. The torch ops do the same work on any device and dtype."""
 
-    def __init__(self, scalars: torch.Tensor, norms: torch.Tensor, unit_max, unit_min, fused):
+    def __init__(
+        self,
+        scalars: torch.Tensor,
+        norms: torch.Tensor,
+        unit_max: list[torch.Tensor],
+        unit_min: list[torch.Tensor],
+        fused: bool,
+    ):
         self.loss_cell, *self.nonzero_cells = scalars
         half = len(norms) // 2
         self.grad_cells, self.weight_cells = list(norms[:half]), list(norms[half:])
@@ -90,9 +92,11 @@ class MetricRow:
             for (pre, post), nonzero, unit_max, unit_min in zip(
                 hidden, self.nonzero_addresses, self.max_addresses, self.min_addresses
             ):
+                # Read by address: kept alive here, copied first if not contiguous.
+                pre, post = pre.contiguous(), post.contiguous()
                 rows, units = post.shape
                 _fused.layer_counts(
-                    address(pre), address(post), rows, units, unit_max, unit_min, nonzero
+                    pre.data_ptr(), post.data_ptr(), rows, units, unit_max, unit_min, nonzero
                 )
             return
         for (pre, post), nonzero, unit_max, unit_min in zip(
@@ -114,8 +118,9 @@ class MetricRow:
         """The seed's `w -= lr * w.grad` (bit-identical), gradients dropped, with the squared
         norms of each gradient and updated weight taken in the same pass."""
         for w, grad_cell, weight_cell in zip(weights, self.grad_addresses, self.weight_addresses):
+            grad = w.grad.contiguous()
             _fused.update_and_norms(
-                w.data_ptr(), address(w.grad), w.numel(), lr, grad_cell, weight_cell
+                w.data_ptr(), grad.data_ptr(), w.numel(), lr, grad_cell, weight_cell
             )
             w.grad = None
 

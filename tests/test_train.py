@@ -229,7 +229,8 @@ def test_a_row_counts_dead_units_zeros_and_norms_the_same_with_the_kernel_or_tor
     stream = MetricStream(batch=2, widths=[5], weights=weights, use_kernel=fused)
     assert stream.fused == fused
     row = stream.next_row()
-    row.record_activations(torch.tensor(1.5), [(pre, post)])
+    # post laid out column by column (an activation may return any strides).
+    row.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T)])
     with torch.no_grad():
         train.update_weights(train.RunState(weights, optimizer=None), 0.25, row)
     stream.end_row(step=0)
