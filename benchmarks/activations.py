@@ -39,6 +39,39 @@ class FunctionFloor(torch.autograd.Function):
         return grad_output
 
 
+class FloorSavingOutput(FunctionFloor):
+    """The floor, plus saving the output and unpacking it in the backward (as lean_relu does)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        output = x.clamp(min=0)
+        ctx.save_for_backward(output)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (output,) = ctx.saved_tensors
+        del output
+        return grad_output
+
+
+class FloorNewGradient(FunctionFloor):
+    """The floor, plus a backward that returns a new tensor from lean_relu's kernel (here on
+    the gradient itself: a timing probe)."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return torch.ops.aten.threshold_backward(grad_output, grad_output, 0)
+
+
+# Not shipped: what lean_relu's time over torch.relu is made of.
+PROBES = {
+    "function_floor": FunctionFloor.apply,
+    "floor_saving_output": FloorSavingOutput.apply,
+    "floor_new_gradient": FloorNewGradient.apply,
+}
+
+
 def shipped() -> dict[str, object]:
     activations = {}
     for path in sorted(CONF.glob("*.yaml")):
@@ -90,7 +123,7 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=5)
     args = parser.parse_args()
     set_malloc(KEEP_FREED_MEMORY)
-    activations = {**shipped(), "function_floor": FunctionFloor.apply}
+    activations = {**shipped(), **PROBES}
     lines = [
         "## Activations: step time and saved memory",
         "",
@@ -134,10 +167,13 @@ def main() -> None:
             )
     lines += [
         "",
-        "`function_floor` is not shipped: a Function whose backward passes the gradient through "
-        "unchanged (wrong for a ReLU), timed to show what any autograd.Function costs over a "
-        "built-in: Python calls in the forward and, in the backward, the autograd engine calling "
-        "back into Python.",
+        "Not shipped, timed to show what lean_relu's time over `relu` is made of (their "
+        "gradients are wrong for a ReLU): `function_floor`, a Function whose backward passes "
+        "the gradient through unchanged, is what any autograd.Function costs over a built-in "
+        "(Python calls in the forward; in the backward, the autograd engine calling back into "
+        "Python); `floor_saving_output` adds saving the output and unpacking it; "
+        "`floor_new_gradient` adds returning a new tensor from lean_relu's kernel "
+        "(`threshold_backward`) instead of the incoming one. lean_relu does both.",
     ]
     write_section("activations", "\n".join(lines))
     print("\n".join(lines))
