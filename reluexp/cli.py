@@ -251,6 +251,10 @@ def hydra_quoted_resume(arg: str) -> str:
 
 def main() -> None:
     """The console script and `python -m reluexp`; the process ends as soon as the app has."""
+    for name in ("stdout", "stderr"):
+        # Started with it closed (`2>&-`, a daemon): what reluexp says there is dropped.
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (the process's to the end)
     try:
         app()
     except SystemExit as stop:

@@ -137,6 +137,15 @@ def test_every_exit_ends_with_one_closing_line_on_stderr(tmp_path, args, code, s
         assert summary(tmp_path / "run")["status"] == "failed"
 
 
+@pytest.mark.slow
+def test_a_run_started_with_its_output_streams_closed_completes(tmp_path):
+    # A daemon or `python -m reluexp >&- 2>&-`: Python starts with sys.stdout/stderr = None.
+    command = f"{shlex.quote(sys.executable)} -m reluexp hydra.run.dir=run {' '.join(SMALL)}"
+    done = subprocess.run(["bash", "-c", command + " >&- 2>&-"], cwd=tmp_path, timeout=300)
+    assert done.returncode == 0
+    assert summary(tmp_path / "run")["status"] == "completed"
+
+
 # 3. A network that stopped learning is not silently `completed`.
 
 
