@@ -50,8 +50,7 @@ class FloorSavingOutput(FunctionFloor):
 
     @staticmethod
     def backward(ctx, grad_output):
-        (output,) = ctx.saved_tensors
-        del output
+        _ = ctx.saved_tensors  # unpacked, as lean_relu's backward does
         return grad_output
 
 

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
-CPU = torch.device("cpu")
+try:
+    from reluexp import _fused
+except ImportError:  # built without a C compiler: the same work runs as torch ops
+    _fused = None
 
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
@@ -26,12 +29,6 @@ def metric_tags(num_weights: int) -> list[str]:
         "activation/dead_fraction",
         "activation/exact_zeros",
     ]
-
-
-try:
-    from reluexp import _fused
-except ImportError:  # built without a C compiler: the same work runs as torch ops
-    _fused = None
 
 
 def squared_norm(tensor: torch.Tensor, out: torch.Tensor) -> None:
@@ -151,7 +148,8 @@ class MetricStream:
         self.fused = (
             use_kernel
             and _fused is not None
-            and like == {"dtype": torch.float32, "device": CPU}
+            and like["dtype"] == torch.float32
+            and like["device"].type == "cpu"
             and all(w.is_contiguous() for w in weights)  # updated in place at data_ptr()
         )
         self.scalars = torch.zeros(
