@@ -5,7 +5,7 @@
 At the reference size (N=64, D_in=1000, H=100) and a large one (N=4096, D_in=1024, H=4096):
 a bare training step (forward, backward, the article's update) per activation, alternating,
 medians; and the bytes the step's graph keeps for backward (unique storages, via saved-tensor
-hooks). Malloc as in reluexp's CPU runs (environment.keep_freed_memory); the matmul limit is
+hooks). Malloc as in reluexp's CPU runs (process.keep_freed_memory); the matmul limit is
 benchmarks/limit.py.
 """
 
@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 
 from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp.activations import resolve_activation
-from reluexp.environment import KEEP_FREED_MEMORY, set_malloc
 from reluexp.model import forward, init_weights
+from reluexp.process import KEEP_FREED_MEMORY, set_malloc
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "activation"
 SIZES = {"reference": (64, 1000, 100, 10), "large": (4096, 1024, 4096, 10)}

@@ -4,7 +4,7 @@
 
 Each repetition starts two fresh processes, alternating (glibc's dynamic mmap threshold cannot
 be restored in a process): one with glibc's default malloc, one with the settings of
-`environment.keep_freed_memory()`, as every CPU run of reluexp has. Each measures a 4096²
+`process.keep_freed_memory()`, as every CPU run of reluexp has. Each measures a 4096²
 `torch.mm` and the large `torch.relu` training step (N=4096, D_in=1024, H=4096, D_out=10:
 forward, backward, update), medians.
 """
@@ -20,7 +20,7 @@ import torch
 
 from benchmarks.activations import SIZES, step_time
 from benchmarks.common import machine, write_section
-from reluexp.environment import KEEP_FREED_MEMORY, set_malloc
+from reluexp.process import KEEP_FREED_MEMORY, set_malloc
 
 MATMUL_N = 4096
 

@@ -22,10 +22,10 @@ from unittest import mock
 import torch
 
 from benchmarks.common import alternate, machine, summarize, write_section
-from reluexp import metrics, train
+from reluexp import fused, metrics, train
 from reluexp.config import Config
-from reluexp.environment import keep_freed_memory
 from reluexp.functions import MyReLU
+from reluexp.process import keep_freed_memory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,7 @@ def reluexp_loop(steps: int, log_every: int, variant: str = "as shipped") -> flo
 # The streamed loop with one thing changed, to show what each part of a row costs.
 VARIANTS = {
     "as shipped": contextlib.nullcontext(),
-    "torch ops instead of the fused kernel": mock.patch.object(metrics, "_fused", None),
+    "torch ops instead of the fused kernel": mock.patch.object(fused, "_fused", None),
     "without the loss and activation counters": mock.patch.object(
         metrics.MetricRow, "record_activations", lambda self, loss, hidden: None
     ),

@@ -6,6 +6,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from reluexp.config import ConfigError
 Activation = Callable[[torch.Tensor], torch.Tensor]
 
 
-def refuse_modules_under(module_name: str, refused: Sequence[Path]) -> None:
+def refuse_modules_under(module_name: str, key: str, refused: Sequence[Path]) -> None:
     """Refuse, before running any of it, a module (or a package above it) that lives in one
     of the refused directories. find_spec locates without executing; each package above was
     checked before find_spec of its child imports it."""
@@ -35,35 +36,51 @@ def refuse_modules_under(module_name: str, refused: Sequence[Path]) -> None:
             place = Path(location).resolve()
             if any(place.is_relative_to(directory) for directory in refused):
                 raise ConfigError(
-                    f"{module_name!r} is inside {place.parent}: code in a run directory or the "
-                    "outputs tree is never imported"
+                    f"{key}: {module_name!r} is inside {place.parent}: code in a run directory "
+                    "or the outputs tree is never imported"
                 )
 
 
-def import_object(path: str, refused: Sequence[Path] = ()) -> object:
+def raised_at(error: BaseException) -> str:
+    """`raised ErrorType: message (file:line)`, the line where it was raised in the user's code."""
+    if isinstance(error, SyntaxError):
+        where = f"{error.filename}:{error.lineno}"
+        message = error.msg
+    else:
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        where = f"{frame.filename}:{frame.lineno}"
+        message = str(error).splitlines()[0] if str(error) else ""
+    return f"raised {type(error).__name__}: {message} ({where})"
+
+
+def import_object(
+    path: str, key: str = "activation.target", refused: Sequence[Path] = ()
+) -> object:
     """Import `pkg.module.attr.subattr` by its longest importable module prefix, never from
-    the refused directories."""
+    the refused directories; what goes wrong is a ConfigError naming `key=path`."""
     # The console script, unlike `python -m`, does not put the current directory on the path.
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
     parts = path.split(".")
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
-        refuse_modules_under(module_name, refused)
+        refuse_modules_under(module_name, key, refused)
         try:
             obj = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
             # Only a missing prefix means "try a shorter one"; a broken module is the user's error.
             if error.name is not None and module_name.startswith(error.name):
                 continue
-            raise
+            raise ConfigError(f"{key}={path}: importing {module_name} {raised_at(error)}") from None
+        except Exception as error:  # the module's own code raised, or it does not parse
+            raise ConfigError(f"{key}={path}: importing {module_name} {raised_at(error)}") from None
         try:
             for attr in parts[split:]:
                 obj = getattr(obj, attr)
         except AttributeError:
-            raise ConfigError(f"{path!r}: module {module_name!r} has no {attr!r}") from None
+            raise ConfigError(f"{key}={path}: module {module_name!r} has no {attr!r}") from None
         return obj
-    raise ConfigError(f"{path!r}: not an importable dotted path (expected pkg.module.Name)")
+    raise ConfigError(f"{key}={path}: not an importable dotted path (expected pkg.module.Name)")
 
 
 def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:
@@ -95,7 +112,7 @@ def resolve_activation(
     path: str, params: dict[str, Any] | None = None, refused: Sequence[Path] = ()
 ) -> Activation:
     """The callable a run trains with; one whose forward writes into its input is refused."""
-    activation = as_activation(import_object(path, refused), params or {}, path)
+    activation = as_activation(import_object(path, refused=refused), params or {}, path)
     if changes_its_input(activation):
         raise ConfigError(
             f"activation.target={path}: its forward changes its input in place; autograd and "

@@ -22,7 +22,7 @@ import torch
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from reluexp import train
+from reluexp import tags, train
 from reluexp.activations import Activation, as_activation, changes_its_input, import_object
 from reluexp.config import Config, ConfigError, config_dict, validate
 from reluexp.events import read_scalars, write_loss_difference
@@ -95,7 +95,9 @@ def make_subject(config: Config) -> Subject:
     return Subject(
         fn=as_activation(target, activation.params, activation.target),
         reference=as_activation(
-            import_object(activation.reference), activation.params, activation.reference
+            import_object(activation.reference, "activation.reference"),
+            activation.params,
+            activation.reference,
         ),
         spied_fn=as_activation(spied_target, activation.params, activation.target),
         raw_grads=raw_grads,
@@ -367,7 +369,7 @@ def compatibility_checks(subject: Subject) -> list[Result]:
         return Result(name, "pass")
 
     def compiled() -> Result:
-        torch._dynamo.reset()
+        torch.compiler.reset()
         # aot_eager traces forward and backward as inductor would, without compiling kernels.
         fn = torch.compile(subject.fn, fullgraph=True, backend="aot_eager")
         y, grad = forward_backward(fn, x.requires_grad_(), torch.ones_like(x))
@@ -456,14 +458,12 @@ def training_parity(
         side_config.activation.target = target
         side_config.log_every = 1
         train.run(side_config, check_dir / f"train_{side}")
-        scalars = read_scalars(
-            check_dir / f"train_{side}", ["loss/train", "activation/exact_zeros"]
-        )
+        scalars = read_scalars(check_dir / f"train_{side}", [tags.LOSS, tags.EXACT_ZEROS])
         series[side] = {tag: list(values.values()) for tag, values in scalars.items()}
     # The gap as a chart beside the two runs (Custom Scalars' difference chart).
     write_loss_difference(check_dir / "train_target", check_dir / "train_reference")
-    losses, ref_losses = series["target"]["loss/train"], series["reference"]["loss/train"]
-    zeros = series["target"]["activation/exact_zeros"]
+    losses, ref_losses = series["target"][tags.LOSS], series["reference"][tags.LOSS]
+    zeros = series["target"][tags.EXACT_ZEROS]
     parted = next((t for t, (a, b) in enumerate(zip(losses, ref_losses)) if a != b), None)
     relative = [
         abs(a - b) / abs(b) for a, b in zip(losses, ref_losses) if b != 0 and math.isfinite(a - b)

@@ -1,7 +1,7 @@
 """`python -m reluexp`: the Hydra app. Compose the typed config, run it in its run dir, and say
 in one line on stderr how it ended."""
 
-import functools
+import contextlib
 import logging
 import math
 import os
@@ -22,21 +22,16 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from reluexp import report, train
+from reluexp import train
 from reluexp.activations import resolve_activation
 from reluexp.config import Config, ConfigError, validate
-from reluexp.environment import (
-    check_memory,
-    child_processes,
-    command_line,
-    exit_without_teardown,
-    resolve_device,
-    slurm_job_id,
-    stop_processes,
-)
+from reluexp.device import check_memory, resolve_device
 from reluexp.hydra_glue import CONFIG_PATH, one_line, task_config
-from reluexp.slurm import SubmititWatch, check_slurm_resources
-from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
+from reluexp.process import slurm_job_id
+from reluexp.slurm import check_slurm_resources
+from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
+from reluexp.sweep import count_jobs, job_line, write_sweep_summary
+from reluexp.workers import in_worker_processes, stop_workers_on_signals
 
 log = logging.getLogger("reluexp")
 # A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
@@ -53,17 +48,19 @@ def check_writable(key: str, directory: str) -> None:
     """The directory takes files: a read-only place or a full disk is one line before Hydra
     writes anything there (the probe is the size of a run's first files)."""
     path = Path(directory)
-    created = not path.exists()
     probe = path / ".reluexp_write_probe"
+    created = False
     try:
+        created = not path.exists()
         path.mkdir(parents=True, exist_ok=True)
         probe.write_bytes(bytes(64 * 1024))
+        probe.unlink()
     except OSError as error:
-        probe.unlink(missing_ok=True)
-        if created and path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
-        exit_with(ConfigError(f"{key}={directory}: cannot write there ({error.strerror})"))
-    probe.unlink()
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+            if created and path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+        raise ConfigError(f"{key}={directory}: cannot write there ({error.strerror})") from None
 
 
 def check_job_name(name: str) -> None:
@@ -72,77 +69,58 @@ def check_job_name(name: str) -> None:
         raise ConfigError(f"hydra.job.name={name!r}: must be a valid file name (no '/')")
 
 
+@contextmanager
+def start_up_checks() -> Iterator[None]:
+    """Hydra turns an exception raised in a callback into a warning and runs on: here every
+    error of a check before the run ends the command with one line and exit 2, before Hydra
+    makes a directory."""
+    try:
+        yield
+    except ConfigError as error:
+        exit_with(error)
+    except (HydraException, OmegaConfBaseException) as error:
+        exit_with(ConfigError(one_line(error)))
+    except OSError as error:
+        where = f" {error.filename}" if error.filename else ""
+        exit_with(ConfigError(f"cannot use{where}: {error.strerror or error}"))
+    except Exception as error:
+        exit_with(ConfigError(f"{type(error).__name__}: {one_line(error)}"))
+
+
 class Lifecycle(Callback):
-    """Checks before Hydra creates a single directory; the summary after a sweep."""
-
-    watch: SubmititWatch | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The submitit launcher pickles the callbacks into every job; the watch stays here.
-        return {key: value for key, value in vars(self).items() if key != "watch"}
+    """Checks before Hydra creates a single run's or a sweep's directory; the sweep's summary
+    after its jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.resume is not None:
-            try:
-                RunSummary.read(Path(config.resume))
-            except SummaryError as error:
-                exit_with(ConfigError(f"resume={error}"))
-            # A resumed run keeps its own config; silently ignoring a changed value would mislead.
-            changed = [
-                o
-                for o in config.hydra.overrides.task
-                if not o.startswith(("resume=", "quiet=", "verbose="))
-            ]
-            if changed:
-                exit_with(
-                    ConfigError(
-                        f"resume={config.resume}: a resumed run keeps its own config; "
-                        f"drop {' '.join(changed)}"
-                    )
-                )
-        try:
+        with start_up_checks():
             check_job_name(config.hydra.job.name)
+            if config.resume is not None:
+                check_resume(config)
             typed = task_config(config)
             validate(typed)
             check_memory(typed, resolve_device(typed.device))
             if config.resume is None:  # a resumed run imports its own, stored target
                 resolve_activation(typed.activation.target, typed.activation.params)
-        except ConfigError as error:
-            exit_with(error)
-        check_writable("hydra.run.dir", config.hydra.run.dir)
+            check_writable("hydra.run.dir", config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        launcher = str(config.hydra.launcher.get("_target_", ""))
-        try:
+        with start_up_checks():
             check_job_name(config.hydra.job.name)
-            if "SlurmLauncher" in launcher:
+            if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
                 check_slurm_resources(config.hydra.launcher)
-        except ConfigError as error:
-            exit_with(error)
-        check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
+            check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
         if in_worker_processes(config.hydra):
-            stop_workers_on_signals(Path(config.hydra.sweep.dir))
-        if "submitit" in launcher:
-            # The jobs run elsewhere; their lines reach this terminal through the watch.
-            # multirun.yaml, which says how many jobs there are, is written after this call.
-            total = functools.cache(lambda: count_jobs(config))
-
-            def line(number: int, summary: RunSummary) -> str:
-                return job_line(number, total(), summary)
-
-            self.watch = SubmititWatch(
-                Path(config.hydra.sweep.dir),
-                str(config.hydra.launcher.submitit_folder),
-                on_slurm="SlurmLauncher" in launcher,
-                job_line=None if config.quiet else line,
-            )
-            self.watch.start()
+            sweep_dir = Path(config.hydra.sweep.dir)
+            stop_workers_on_signals(lambda: write_sweep_summary(sweep_dir))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        """In a sweep, one line per finished job: [3/12] activation=relu seed=1 completed ..."""
-        if HydraConfig.get().mode != RunMode.MULTIRUN or config.quiet:
+        """In a sweep run in this process or its workers, one line per finished job:
+        [3/12] activation=relu seed=1 completed ... (submitit's launcher prints its own)."""
+        hydra_config = HydraConfig.get()
+        launcher = str(hydra_config.launcher.get("_target_", ""))
+        if hydra_config.mode != RunMode.MULTIRUN or config.quiet or "submitit" in launcher:
             return
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        run_dir = Path(hydra_config.runtime.output_dir)
         try:
             summary = RunSummary.read(run_dir)
         except SummaryError:
@@ -150,66 +128,29 @@ class Lifecycle(Callback):
         print(job_line(config.hydra.job.num, count_jobs(config), summary), file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """The sweep's summary; failed jobs make the sweep exit non-zero, after all have run."""
-        lost = 0
-        if self.watch is not None:
-            self.watch.stop()
-            lost = self.watch.lost
+        """The sweep's summary. A job that failed, or never ran, makes the sweep exit 1 once
+        every job has ended."""
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
-        if lost or any(job.summary.status == "failed" for job in jobs):
+        if any(job.summary.status in ("failed", "not started", "unreadable") for job in jobs):
             sys.exit(1)
 
 
-def job_line(number: int, total: int | None, summary: RunSummary) -> str:
-    """A finished sweep job in one line: [3/12] activation=relu seed=1 completed loss=... ."""
-    line = f"[{number + 1}/{total or '?'}] {' '.join(summary.overrides)} {summary.status}"
-    if summary.error:
-        line += f": {summary.error}"
-    else:
-        final_loss = math.nan if summary.final_loss is None else summary.final_loss
-        wall_time = math.nan if summary.wall_time_s is None else summary.wall_time_s
-        line += f" loss={final_loss:.4g} in {wall_time:.1f} s"
-    if summary.slurm_job_id:
-        line += f" (SLURM job {summary.slurm_job_id})"
-    return line
-
-
-def write_sweep_summary(sweep_dir: Path) -> list[report.Job]:
-    jobs = report.write_report(sweep_dir)
-    failed = [job for job in jobs if job.summary.status == "failed"]
-    log.info("Sweep summary: %s", sweep_dir / "summary.md")
-    if failed:
-        log.error("%d of %d jobs failed; see %s", len(failed), len(jobs), sweep_dir / "summary.md")
-    return jobs
-
-
-def count_jobs(job_config: DictConfig) -> int | None:
-    """How many jobs the sweep launches: Optuna's n_trials, or the size of the grid."""
-    planned = report.planned_jobs(Path(job_config.hydra.sweep.dir))
-    return planned if planned is None or isinstance(planned, int) else len(planned)
-
-
-def in_worker_processes(hydra_config: DictConfig) -> bool:
-    """Jobs run in joblib's local worker processes, not in the process that launched them."""
-    return "joblib" in str(hydra_config.launcher.get("_target_", ""))
-
-
-def stop_workers_on_signals(sweep_dir: Path) -> None:
-    """SIGINT/SIGTERM to a parallel sweep reach its workers: each job stops at a step boundary
-    (checkpoint, `interrupted`); then the sweep summary is written and the sweep exits."""
-
-    def stop(signum: int, frame: Any) -> None:
-        signal.signal(signum, signal.SIG_IGN)  # one stop at a time
-        # loky's resource tracker ends by itself once the workers are gone (signalled, it
-        # prints a traceback); the workers stop at a step boundary.
-        workers = [pid for pid in child_processes() if "resource_tracker" not in command_line(pid)]
-        stop_processes(workers, signum)
-        write_sweep_summary(sweep_dir)
-        # Exit now: the launcher would only wait on workers that are gone.
-        os._exit(128 + signum)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stop)
+def check_resume(config: DictConfig) -> None:
+    """The run directory to resume is one, and the command changes nothing of its config."""
+    try:
+        RunSummary.read(Path(config.resume))
+    except SummaryError as error:
+        raise ConfigError(f"resume={error}") from None
+    # A resumed run keeps its own config; silently ignoring a changed value would mislead.
+    changed = [
+        o
+        for o in config.hydra.overrides.task
+        if not o.startswith(("resume=", "quiet=", "verbose="))
+    ]
+    if changed:
+        raise ConfigError(
+            f"resume={config.resume}: a resumed run keeps its own config; drop {' '.join(changed)}"
+        )
 
 
 def threads_for(hydra_config: DictConfig) -> int | None:
@@ -250,16 +191,13 @@ def hydra_quoted_resume(arg: str) -> str:
 
 
 def main() -> None:
-    """The console script and `python -m reluexp`; the process ends as soon as the app has."""
+    """The console script and `python -m reluexp`. Ends as the app ends: by returning, or
+    with SystemExit carrying the exit status."""
     for name in ("stdout", "stderr"):
         # Started with it closed (`2>&-`, a daemon): what reluexp says there is dropped.
         if getattr(sys, name) is None:
             setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (the process's to the end)
-    try:
-        app()
-    except SystemExit as stop:
-        exit_without_teardown(stop.code)
-    exit_without_teardown(0)
+    app()
 
 
 def app() -> None:
@@ -362,18 +300,3 @@ def requeued(run_dir: Path) -> bool:
     its first start left in the same directory."""
     restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     return restarts > 0 and (run_dir / SUMMARY_NAME).is_file()
-
-
-def record_failure(run_dir: Path, overrides: list[str], error: Exception) -> RunSummary:
-    """The failed run's summary; written here when the run could not write it itself."""
-    try:
-        summary = RunSummary.read(run_dir)
-    except SummaryError:
-        summary = RunSummary(overrides=overrides)
-    if summary.status != "failed":
-        summary.status, summary.error = "failed", f"{type(error).__name__}: {error}"
-        try:
-            summary.write(run_dir)
-        except OSError as write_error:
-            log.error("%s: could not record the failure (%s)", run_dir, write_error.strerror)
-    return summary

@@ -1,11 +1,10 @@
-"""Typed config schema (registered in Hydra's ConfigStore) and its range checks."""
+"""Typed config schema and its range checks (Hydra knows the schema through hydra_glue)."""
 
 import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 
@@ -156,6 +155,3 @@ def config_dict(config: Config) -> dict[str, Any]:
 def config_from_dict(values: dict[str, Any]) -> Config:
     """The inverse of config_dict(), type-checked against the schema."""
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), values))
-
-
-ConfigStore.instance().store(name="base_config", node=Config)

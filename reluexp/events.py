@@ -20,36 +20,7 @@ from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
-# Scalars the HParams tab sorts runs by; written once, at the end of the run.
-HPARAM_METRICS = ("hparams/final_loss", "hparams/min_loss")
-# Tags written after the runs: each custom run's loss against its built-in reference's (same
-# config and seed), and per group of seeds the loss's mean, min and max (log10).
-DIFFERENCE_TAG = "difference/loss_vs_reference"
-GROUP_TAGS = ("group/loss_mean_log10", "group/loss_min_log10", "group/loss_max_log10")
-# The Custom Scalars tab, in reading order: {category: {chart: tags}}; a tuple of three tags
-# is a margin chart (value, lower, upper: a line and its band). Losses span 1e5 to 1e-5, and a
-# layout cannot set a log axis: the charts read log10 tags.
-LAYOUT: dict[str, dict[str, list[str] | tuple[str, str, str]]] = {
-    "loss": {
-        "log10 loss, every run": ["loss/train_log10"],
-        "relative loss difference to the built-in reference run (0 until they part)": [
-            DIFFERENCE_TAG
-        ],
-        "log10 loss per group of seeds: mean, min-max band": GROUP_TAGS,
-    },
-    "gradients": {
-        "log10 total gradient norm": ["grad_norm/total_log10"],
-        "gradient norm per weight": [r"grad_norm/w\d+"],
-    },
-    "activation counters": {
-        "logged steps with an exact-zero pre-activation (cumulative)": [
-            "activation/steps_with_exact_zeros"
-        ],
-        "pre-activations exactly 0, per step": ["activation/exact_zeros"],
-        "dead fraction of hidden units": ["activation/dead_fraction"],
-    },
-    "weights": {"weight norm per weight": [r"weight_norm/.*"]},
-}
+from reluexp.tags import DIFFERENCE, HPARAM_METRICS, LAYOUT, LOSS
 
 
 # The protos below are what torch.utils.tensorboard's hparams() and custom_scalars() build;
@@ -314,13 +285,13 @@ def write_derived_scalars(
 
 def write_loss_difference(run_dir: Path, reference_dir: Path) -> dict[int, float]:
     """The run's per-step loss relative to its reference run's, (loss - ref) / |ref|, as the
-    DIFFERENCE_TAG series of the run: 0 until the two part, then how far they drift."""
-    loss = read_scalars(run_dir, ["loss/train"])["loss/train"]
-    reference = read_scalars(reference_dir, ["loss/train"])["loss/train"]
+    DIFFERENCE series of the run: 0 until the two part, then how far they drift."""
+    loss = read_scalars(run_dir, [LOSS])[LOSS]
+    reference = read_scalars(reference_dir, [LOSS])[LOSS]
     difference = {
         step: (loss[step] - value) / abs(value)
         for step, value in reference.items()
         if step in loss and value != 0 and math.isfinite(value) and math.isfinite(loss[step])
     }
-    write_derived_scalars(run_dir, "difference", {DIFFERENCE_TAG: difference})
+    write_derived_scalars(run_dir, "difference", {DIFFERENCE: difference})
     return difference

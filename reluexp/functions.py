@@ -2,6 +2,8 @@
 
 import torch
 
+from reluexp._compat import ApplyWithoutBinding
+
 
 class MyReLU(torch.autograd.Function):
     """The seed article's ReLU, kept verbatim: it is the subject of the experiments.
@@ -23,29 +25,12 @@ class MyReLU(torch.autograd.Function):
         return grad_input
 
 
-class ApplyWithoutBinding:
-    """For a Function with setup_context that takes tensors only (mixed in before Function).
-
-    torch's Function.apply binds forward's signature with inspect on every call of such a
-    Function, to fill in default arguments (~12 µs a call: at the reference size, most of
-    lean_relu's gap to torch.relu). Positional tensors need no binding; under vmap or grad,
-    torch's own path runs.
-    """
-
-    @classmethod
-    def apply(cls, *args: torch.Tensor) -> torch.Tensor:
-        if torch._C._are_functorch_transforms_active():
-            return super().apply(*args)
-        # What Function.apply then does, less the binding: torch's C++ apply.
-        args = torch._functorch.utils.unwrap_dead_wrappers(args)
-        return super(torch.autograd.Function, cls).apply(*args)
-
-
 class LeanReLU(ApplyWithoutBinding, torch.autograd.Function):
     """torch.relu's exact contract as a custom Function, saving nothing the graph lacks.
 
     forward: y = clamp(x, min=0). backward: dx = dy where y > 0, else 0 (0 at x == 0, as
-    torch.relu). Saves the output, which the next layer's matmul keeps alive anyway.
+    torch.relu). Saves the output, which the next layer's matmul keeps alive anyway. Applied
+    without torch's per-call signature binding (reluexp._compat).
     """
 
     generate_vmap_rule = True

@@ -9,8 +9,10 @@ from importlib import resources
 
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from hydra_plugins.reluexp_launcher import launchers
 from reluexp.config import Config
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
@@ -45,6 +47,15 @@ OmegaConf.register_new_resolver(
     use_cache=True,
 )
 
+# reluexp's launcher plugin, registered with Hydra here: Hydra finds plugins by listing its
+# `hydra_plugins` namespace, which an editable install's import hook cannot list. After Hydra's
+# scan of the installed plugins (Plugins.instance() scans once), so that its configs replace
+# hydra-submitit-launcher's presets of the same names.
+launchers.register(Plugins.instance())
+
+# The schema: conf/config.yaml starts from it (every key's default is written once, there).
+ConfigStore.instance().store(name="base_config", node=Config)
+
 # Named studies live at the top level, outside conf/; each becomes an option of `experiment=`.
 # A user's own `experiment/NAME.yaml` on hydra.searchpath joins them through Hydra itself.
 for preset in sorted(resources.files(EXPERIMENTS_MODULE).iterdir(), key=lambda p: p.name):
@@ -75,6 +86,10 @@ def one_line(error: BaseException) -> str:
     """Hydra's and OmegaConf's multi-line composition errors, as one line."""
     text = str(error).strip()
     line = text.splitlines()[0] if text else type(error).__name__
+    # OmegaConf's errors know the key they are about; the first line does not always say it.
+    key = getattr(error, "full_key", None)
+    if key and f"{key}=" not in line and f"'{key}'" not in line:
+        line = f"{key}: {line}"
     cause = str(error.__cause__).strip() if error.__cause__ is not None else ""
     if cause:
         line = f"{line.rstrip('.')}: {cause.splitlines()[0]}"

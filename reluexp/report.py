@@ -9,6 +9,7 @@ completed runs only. Writes summary.csv, summary.md and loss_curves.png into it.
 
 import csv
 import io
+import itertools
 import math
 import re
 import statistics
@@ -17,13 +18,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from omegaconf import OmegaConf
 
 from reluexp.checkpoint import CHECKPOINT_NAME
-from reluexp.events import GROUP_TAGS, read_scalars, write_derived_scalars, write_loss_difference
+from reluexp.events import read_scalars, write_derived_scalars, write_loss_difference
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
+from reluexp.tags import GROUP, LOSS
 
 STATUSES = ("completed", "diverged", "interrupted", "failed", "running", "not started")
 UNREADABLE = "unreadable"
@@ -97,7 +99,20 @@ def planned_jobs(sweep_dir: Path) -> list[list[str]] | int | None:
     # The preset's params, then the command line: BasicSweeper's own order and merge.
     params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
     overrides = OverridesParser.create().parse_overrides(params + list(hydra_config.overrides.task))
-    return BasicSweeper.split_arguments(overrides, None)[0]
+    return grid(overrides)
+
+
+def grid(overrides: list[Override]) -> list[list[str]]:
+    """The jobs of a grid sweep, as Hydra's basic sweeper orders them: a key given twice keeps
+    its last value, in its first place; the product runs over the keys in that order."""
+    choices: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*choices.values())]
 
 
 def job_number(run_dir: Path) -> tuple[int, str]:
@@ -170,7 +185,7 @@ def loss_by_step(jobs: list[Job]) -> dict[int, list[float]]:
     for job in jobs:
         if job.run_dir is None or job.summary.status == UNREADABLE:
             continue
-        for step, value in read_scalars(job.run_dir, ["loss/train"])["loss/train"].items():
+        for step, value in read_scalars(job.run_dir, [LOSS])[LOSS].items():
             if math.isfinite(value) and value > 0:
                 by_step[step].append(value)
     return dict(by_step)
@@ -221,7 +236,7 @@ def write_group_runs(sweep_dir: Path, groups: list[Group]) -> None:
         steps = sorted(group.losses)
         series = {
             tag: {step: math.log10(reduce(group.losses[step])) for step in steps}
-            for tag, reduce in zip(GROUP_TAGS, (statistics.mean, min, max))
+            for tag, reduce in zip(GROUP, (statistics.mean, min, max))
         }
         name = group.label.replace(" ", ",").replace("/", "_")
         write_derived_scalars(sweep_dir / "groups" / name, "group", series, layout=True)
@@ -351,7 +366,7 @@ def plot(groups: list[Group], path: Path) -> None:
             difference_axes[0].plot(steps, gaps, color=color, linewidth=1.2, label=label)
     loss_axes.set_yscale("log")
     loss_axes.set_xlabel("step")
-    loss_axes.set_ylabel("loss/train: mean, min–max band over seeds")
+    loss_axes.set_ylabel(f"{LOSS}: mean, min–max band over seeds")
     loss_axes.grid(True, which="major", alpha=0.3)
     if drawn:
         loss_axes.legend(fontsize="small", ncol=2 if len(drawn) > 6 else 1)

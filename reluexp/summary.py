@@ -1,12 +1,22 @@
-"""A run's summary.json: one schema, written atomically by the run, read through it by everyone."""
+"""A run's summary.json: one schema, and every write of it, here; everyone reads it through it."""
 
 import json
+import logging
+import math
 import os
+import platform
+import subprocess
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import reluexp
+
 SUMMARY_NAME = "summary.json"
+log = logging.getLogger("reluexp")
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
@@ -76,3 +86,92 @@ class RunSummary:
     def ended(self) -> bool:
         """Nothing is left to train: the run completed or diverged."""
         return self.status in ("completed", "diverged")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@cache
+def versions() -> dict[str, str | None]:
+    """Versions that decide a run's numbers."""
+
+    def dist_version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(reluexp.__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {
+        "python": platform.python_version(),
+        "torch": dist_version("torch"),
+        "hydra": dist_version("hydra-core"),
+        "reluexp": reluexp.__version__,
+        "git_commit": commit or None,
+    }
+
+
+def record_start(run_dir: Path, summary: RunSummary, **facts: Any) -> None:
+    """The run has started (or resumed) with these facts (device, dtype, threads, ...)."""
+    summary.status = "running"
+    summary.versions = versions()
+    for key, value in facts.items():
+        setattr(summary, key, value)
+    summary.write(run_dir)
+
+
+def record_end(run_dir: Path, summary: RunSummary, status: str, **facts: Any) -> None:
+    """The run's outcome and its numbers. Recording a failure must not hide it: a summary that
+    cannot be written then (a full disk) is only logged."""
+    summary.status = status
+    summary.ended_at = now()
+    for key, value in facts.items():
+        setattr(summary, key, value)
+    if summary.min_loss is not None and not math.isfinite(summary.min_loss):
+        summary.min_loss = math.nan
+    try:
+        summary.write(run_dir)
+    except OSError as error:
+        if status != "failed":
+            raise
+        log.error("%s: could not record the failure (%s)", run_dir / SUMMARY_NAME, error.strerror)
+
+
+def record_failure(run_dir: Path, overrides: list[str], error: BaseException) -> RunSummary:
+    """A run that raised: `failed` with the error, unless it recorded its failure itself."""
+    try:
+        summary = RunSummary.read(run_dir)
+    except SummaryError:
+        summary = RunSummary(overrides=overrides)
+    if summary.status != "failed":
+        summary.error = f"{type(error).__name__}: {error}"
+        record_end(run_dir, summary, "failed")
+    return summary
+
+
+def record_lost(
+    run_dir: Path, overrides: list[str], reason: str, slurm_job_id: str | None
+) -> RunSummary | None:
+    """A job its scheduler ended without a result (killed, out of memory): its run, if it had
+    started and not ended, is `failed` with the reason; None when there is no such run."""
+    try:
+        summary = RunSummary.read(run_dir)
+    except SummaryError:
+        return None
+    if summary.overrides != overrides or summary.ended:
+        return None
+    summary.error = reason
+    summary.slurm_job_id = slurm_job_id or summary.slurm_job_id
+    record_end(run_dir, summary, "failed")
+    return summary

@@ -1,4 +1,4 @@
-"""The training loop: a run's state built or restored, the seed-exact loop, its outcome recorded."""
+"""The training loop: a run started or resumed, the seed-exact loop, its outcome recorded."""
 
 import json
 import logging
@@ -7,14 +7,15 @@ import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from reluexp import summary as summaries
+from reluexp import tags
 from reluexp.activations import Activation, resolve_activation
-from reluexp.checkpoint import load_checkpoint, save_checkpoint
+from reluexp.checkpoint import load_checkpoint
 from reluexp.config import (
     Config,
     ConfigError,
@@ -27,21 +28,16 @@ from reluexp.config import (
     layer_sizes,
     validate,
 )
-from reluexp.data import make_data
-from reluexp.environment import (
-    StopSignals,
-    check_memory,
-    hold_run,
-    job_environment,
-    resolve_device,
-    slurm_job_id,
-    versions,
-)
+from reluexp.device import check_memory, resolve_device
 from reluexp.events import EventWriter
-from reluexp.metrics import MetricRow, MetricStream, metric_tags
-from reluexp.model import forward, init_weights
+from reluexp.lock import hold_run
+from reluexp.metrics import MetricStream
+from reluexp.model import forward
+from reluexp.process import StopSignals, job_environment, slurm_job_id
 from reluexp.progress import Progress
-from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
+from reluexp.state import RunState, build_state, save_state
+from reluexp.summary import RunSummary, SummaryError
+from reluexp.update import WeightUpdate
 
 log = logging.getLogger("reluexp")
 # The article's `step loss` lines: the only lines on stdout (conf/config.yaml).
@@ -56,82 +52,6 @@ class Interrupted(Exception):
         self.signum = signum
 
 
-@dataclass
-class RunState:
-    """What a run needs to go on: built from its config, or restored from its checkpoint."""
-
-    weights: list[torch.Tensor]
-    optimizer: torch.optim.Optimizer | None
-    step: int = 0
-    min_loss: float = math.inf
-    final_loss: float = math.nan
-    # Logged steps so far whose pre-activations held an exact 0.0.
-    steps_with_exact_zeros: int = 0
-    # Wall time of the run's earlier segments (before an interruption), and this one's start.
-    earlier_wall_time_s: float = 0.0
-    segment_start: float = 0.0
-
-    @property
-    def wall_time_s(self) -> float:
-        return self.earlier_wall_time_s + time.perf_counter() - self.segment_start
-
-
-def make_optimizer(config: Config, weights: list[torch.Tensor]) -> torch.optim.Optimizer | None:
-    """None for the seed's manual update, which the loop applies itself."""
-    if config.optimizer == Optimizer.sgd:
-        return torch.optim.SGD(weights, lr=config.lr)
-    if config.optimizer == Optimizer.adam:
-        return torch.optim.Adam(weights, lr=config.lr)
-    return None
-
-
-def build_state(
-    config: Config, device: torch.device, checkpoint: dict[str, Any] | None
-) -> tuple[torch.Tensor, torch.Tensor, RunState]:
-    """The data (x, y) and the run's state, fresh or from a checkpoint, on the device."""
-    # One CPU generator in the seed's order (x, y, w1, w2, ...): CPU and GPU runs start identical.
-    generator = torch.Generator("cpu").manual_seed(config.seed)
-    x, y = make_data(config.data.n, config.data.d_in, config.data.d_out, generator)
-    weights = init_weights(layer_sizes(config), generator, Init(config.model.init).value)
-    if checkpoint is not None:
-        weights = checkpoint["weights"]
-    dtype = getattr(torch, Dtype(config.dtype).value)
-    x, y = x.to(device, dtype), y.to(device, dtype)
-    weights = [w.to(device, dtype).requires_grad_() for w in weights]
-    state = RunState(weights, make_optimizer(config, weights), segment_start=time.perf_counter())
-    if checkpoint is not None:
-        state.step = checkpoint["step"]
-        state.min_loss = checkpoint["min_loss"]
-        state.final_loss = checkpoint["final_loss"]
-        state.steps_with_exact_zeros = checkpoint.get("steps_with_exact_zeros", 0)
-        state.earlier_wall_time_s = checkpoint["wall_time_s"]
-        if state.optimizer is not None:
-            state.optimizer.load_state_dict(checkpoint["optimizer"])
-        torch.set_rng_state(checkpoint["rng_cpu"])
-        if torch.cuda.is_available() and checkpoint["rng_cuda"]:
-            torch.cuda.set_rng_state_all(checkpoint["rng_cuda"])
-    return x, y, state
-
-
-def save_state(run_dir: Path, config: Config, state: RunState) -> None:
-    log.debug("checkpoint at step %d", state.step)
-    save_checkpoint(
-        run_dir,
-        {
-            "step": state.step,
-            "weights": [w.detach() for w in state.weights],
-            "optimizer": state.optimizer.state_dict() if state.optimizer is not None else {},
-            "rng_cpu": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "config": config_dict(config),
-            "min_loss": state.min_loss,
-            "final_loss": state.final_loss,
-            "steps_with_exact_zeros": state.steps_with_exact_zeros,
-            "wall_time_s": state.wall_time_s,
-        },
-    )
-
-
 class Recorder:
     """What a flushed block of metric rows means for the run: its events, the article's loss
     lines, the min and final loss, divergence (a non-finite loss) and warnings (gradients that
@@ -142,17 +62,10 @@ class Recorder:
         self.state = state
         self.events = events
         self.stream = MetricStream(config.data.n, hidden_sizes(config.model.hidden), state.weights)
-        streamed = metric_tags(len(state.weights))
-        self.total_grad_norm = streamed.index("grad_norm/total")
-        self.exact_zeros = streamed.index("activation/exact_zeros")
-        # Derived on the host for the charts: losses and norms span ten decades (a layout
-        # cannot set a log axis), and when exact zeros start shows as a step in a count.
-        self.tags = [
-            *streamed,
-            "loss/train_log10",
-            "grad_norm/total_log10",
-            "activation/steps_with_exact_zeros",
-        ]
+        streamed = tags.streamed(len(state.weights))
+        self.total_grad_norm = streamed.index(tags.GRAD_NORM_TOTAL)
+        self.exact_zeros = streamed.index(tags.EXACT_ZEROS)
+        self.tags = [*streamed, *tags.DERIVED]
         self.diverged_at: int | None = None
         # The run's warnings (summary.json's list, shared): each kind once, resumed runs too.
         self.warnings = warnings
@@ -228,24 +141,32 @@ def squared_error(
     return (y_pred - y).pow(2).sum(), [(pre.detach(), post.detach()) for pre, post in hidden]
 
 
-def train_loop(
-    config: Config,
-    run_dir: Path,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    state: RunState,
-    activation: Activation,
-    recorder: Recorder,
-    stop: StopSignals,
-    progress: Progress,
-) -> None:
-    """Train from state.step to config.steps, a divergence, or a stop signal; metrics flushed."""
+@dataclass
+class Training:
+    """What the loop reads and changes: the run's data, state, and where its steps go."""
+
+    config: Config
+    run_dir: Path
+    x: torch.Tensor
+    y: torch.Tensor
+    state: RunState
+    activation: Activation
+    update: WeightUpdate
+    recorder: Recorder
+    stop: StopSignals
+    progress: Progress
+
+
+def train_loop(training: Training) -> None:
+    """Train from the state's step to config.steps, a divergence, or a stop signal; metrics
+    flushed."""
+    config, state, recorder = training.config, training.state, training.recorder
     # compile=true: forward and loss, and through AOTAutograd their backward, as compiled kernels.
     compute_loss = torch.compile(squared_error) if config.compile else squared_error
     stream = recorder.stream
-    while state.step < config.steps and not recorder.stopped and stop.signum is None:
+    while state.step < config.steps and not recorder.stopped and training.stop.signum is None:
         step = state.step
-        loss, hidden = compute_loss(x, y, state.weights, activation)
+        loss, hidden = compute_loss(training.x, training.y, state.weights, training.activation)
         loss.backward()
         # Print steps are recorded too: their lines come from the flushed rows.
         recording = step % config.log_every == 0 or config.prints_at(step)
@@ -254,39 +175,17 @@ def train_loop(
             row = stream.next_row() if recording else None
             if row is not None:
                 row.record_activations(loss, hidden)
-            update_weights(state, config.lr, row)
+            training.update(row)
             if row is not None:
                 stream.end_row(step)
         state.step += 1
         if stream.due:
             recorder.flush()
-        progress.update(state.step)
+        training.progress.update(state.step)
         if config.checkpoint_every and state.step % config.checkpoint_every == 0:
             recorder.flush()  # so the checkpoint's min/final loss cover every step before it
-            save_state(run_dir, config, state)
+            save_state(training.run_dir, config, state)
     recorder.flush()
-
-
-def update_weights(state: RunState, lr: float, row: MetricRow | None) -> None:
-    """The step's update; a recorded step's gradient norms are taken before it (it consumes
-    the gradients) and its weight norms after it, or, fused, in the same pass."""
-    if state.optimizer is None and row is not None and row.fused:
-        row.seed_update_with_norms(state.weights, lr)
-        return
-    if row is not None:
-        row.record_grad_norms(state.weights)
-    if state.optimizer is None:
-        for w in state.weights:
-            # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in the
-            # gradient, which is then dropped instead of zeroed: the same values, without a
-            # temporary, a fill and an accumulate per weight.
-            w -= w.grad.mul_(lr)
-            w.grad = None
-    else:
-        state.optimizer.step()
-        state.optimizer.zero_grad()
-    if row is not None:
-        row.record_weight_norms(state.weights)
 
 
 def hparams(config: Config, device: torch.device) -> dict[str, Any]:
@@ -310,15 +209,14 @@ def hparams(config: Config, device: torch.device) -> dict[str, Any]:
     }
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
     """Train the configured model, stream its metrics into run_dir; return the final loss."""
     validate(config)
     summary = RunSummary(
-        started_at=now(), seed=config.seed, overrides=list(overrides), config=config_dict(config)
+        started_at=summaries.now(),
+        seed=config.seed,
+        overrides=list(overrides),
+        config=config_dict(config),
     )
     return _run(config, run_dir, summary, checkpoint=None)
 
@@ -378,25 +276,38 @@ def _run(
     with hold_run(run_dir), job_environment(device, config.threads) as stop:
         x, y, state = build_state(config, device, checkpoint)
         start_step = state.step
-        summary.status = "running"
-        summary.device = str(device)
-        summary.dtype = Dtype(config.dtype).value
-        summary.threads = torch.get_num_threads()
-        summary.slurm_job_id = slurm_job_id()
-        summary.versions = versions()
-        summary.write(run_dir)
+        summaries.record_start(
+            run_dir,
+            summary,
+            device=str(device),
+            dtype=Dtype(config.dtype).value,
+            threads=torch.get_num_threads(),
+            slurm_job_id=slurm_job_id(),
+        )
         events = EventWriter(run_dir, purge_step=start_step if checkpoint is not None else None)
         if checkpoint is None:
             events.declare(hparams(config, device))
         recorder = Recorder(config, state, events, summary.warnings)
         progress = Progress(config.steps, start_step, lambda: state.final_loss, not config.quiet)
+        training = Training(
+            config,
+            run_dir,
+            x,
+            y,
+            state,
+            activation,
+            WeightUpdate(state.weights, state.optimizer, config.lr),
+            recorder,
+            stop,
+            progress,
+        )
         try:
-            train_loop(config, run_dir, x, y, state, activation, recorder, stop, progress)
+            train_loop(training)
             if not recorder.stopped:
                 save_state(run_dir, config, state)
             if stop.signum is not None:
                 summary.signal = signal.Signals(stop.signum).name
-                finish(run_dir, summary, state, recorder, start_step, "interrupted")
+                finish(training, summary, start_step, "interrupted")
                 log.warning(
                     "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
                 )
@@ -407,48 +318,37 @@ def _run(
             raise
         except Exception as error:
             summary.error = f"{type(error).__name__}: {error}"
-            finish(run_dir, summary, state, recorder, start_step, "failed")
+            finish(training, summary, start_step, "failed")
             raise
         finally:
             progress.close()
     summary.diverged_at_step = recorder.diverged_at
-    finish(
-        run_dir,
-        summary,
-        state,
-        recorder,
-        start_step,
-        "completed" if recorder.diverged_at is None else "diverged",
-    )
+    status = "completed" if recorder.diverged_at is None else "diverged"
+    finish(training, summary, start_step, status)
     if recorder.diverged_at is not None:
         log.warning("diverged: non-finite loss at step %d", recorder.diverged_at)
     return state.final_loss
 
 
-def finish(
-    run_dir: Path,
-    summary: RunSummary,
-    state: RunState,
-    recorder: Recorder,
-    start_step: int,
-    status: str,
-) -> None:
-    """Record the run's outcome in summary.json and close its event file. Recording a failure
-    must not hide it: a summary that cannot be written then (a full disk) is only logged."""
+def finish(training: Training, summary: RunSummary, start_step: int, status: str) -> None:
+    """Record the run's outcome in summary.json and close its event file."""
+    state, recorder = training.state, training.recorder
     segment_time = time.perf_counter() - state.segment_start
-    summary.status = status
-    summary.ended_at = now()
-    summary.steps_done = recorder.diverged_at + 1 if recorder.stopped else state.step
-    summary.final_loss = state.final_loss
-    summary.min_loss = state.min_loss if math.isfinite(state.min_loss) else math.nan
-    summary.wall_time_s = state.wall_time_s
     # Steps this process ran, past a divergence too (until a flush saw it).
     executed_steps = state.step - start_step
-    summary.steps_per_s = executed_steps / segment_time if segment_time > 0 else None
+    summaries.record_end(
+        training.run_dir,
+        summary,
+        status,
+        steps_done=recorder.diverged_at + 1 if recorder.stopped else state.step,
+        final_loss=state.final_loss,
+        min_loss=state.min_loss,
+        wall_time_s=state.wall_time_s,
+        steps_per_s=executed_steps / segment_time if segment_time > 0 else None,
+    )
     try:
-        summary.write(run_dir)
         recorder.events.close()
     except OSError as error:
         if status != "failed":
             raise
-        log.error("%s: could not record the failure (%s)", run_dir / SUMMARY_NAME, error.strerror)
+        log.error("%s: could not close the event file (%s)", training.run_dir, error.strerror)

@@ -3,6 +3,7 @@
 import contextlib
 import json
 import logging
+import pstats
 import shutil
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from reluexp import progress, train
+from reluexp import cli, progress, train
 from reluexp.config import Config
 from tests.helpers import run_cli
 
@@ -203,3 +204,40 @@ def test_progress_logs_plain_lines_when_not_a_terminal(tmp_path, caplog, monkeyp
     with caplog.at_level(logging.INFO, logger="reluexp"):
         train.run(Config(device="cpu", steps=5, quiet=True), tmp_path / "quiet")
     assert not [r for r in caplog.records if r.getMessage().startswith("progress:")]
+
+
+def test_the_process_ends_as_any_python_program_under_standard_tools(tmp_path):
+    tools = {
+        "cProfile": ["-m", "cProfile", "-o", str(tmp_path / "p.prof")],
+        "coverage": ["-m", "coverage", "run", f"--data-file={tmp_path / 'cov'}"],
+        "importtime": ["-X", "importtime"],
+    }
+    for name, tool in tools.items():
+        done = subprocess.run(
+            [sys.executable, *tool, "-m", "reluexp", "steps=5", f"hydra.run.dir={name}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+    assert pstats.Stats(str(tmp_path / "p.prof")).total_calls > 10_000
+    assert (tmp_path / "cov").stat().st_size > 0
+    assert "import time:" in done.stderr and "| torch" in done.stderr
+
+
+def test_an_in_process_caller_keeps_control(tmp_path, monkeypatch):
+    """main() ends as a function does: by returning, or with SystemExit carrying the status;
+    the caller's own finally blocks run."""
+    monkeypatch.chdir(tmp_path)
+    outcomes = []
+    for argv in (["steps=2", "device=cpu"], ["lr=0"]):
+        monkeypatch.setattr(sys, "argv", ["reluexp", *argv])
+        try:
+            cli.main()
+            outcomes.append(None)
+        except SystemExit as stop:
+            outcomes.append(stop.code)
+        finally:
+            outcomes.append("finally")
+    assert outcomes == [None, "finally", 2, "finally"]

@@ -19,8 +19,8 @@ from reluexp import report, train
 from reluexp.checkpoint import CHECKPOINT_NAME
 from reluexp.cli import hydra_quoted_resume
 from reluexp.config import Config, ConfigError
-from reluexp.environment import hold_run
 from reluexp.events import read_scalars
+from reluexp.lock import hold_run
 from tests.helpers import run_cli
 from tests.test_reliability import SMALL, STEPS, interrupted_run, small_config, summary
 
@@ -379,7 +379,10 @@ def test_a_full_disk_at_start_is_one_line_and_leaves_no_directory(tmp_path, smal
         ),
         (["threads=10000000000"], "reluexp: error: threads=10000000000: at most 2147483647"),
         (["hydra.job.name=a/b"], "reluexp: error: hydra.job.name='a/b': must be a valid file name"),
-        (["activation.target=no.such.Thing"], "reluexp: error: 'no.such.Thing': not an importable"),
+        (
+            ["activation.target=no.such.Thing"],
+            "reluexp: error: activation.target=no.such.Thing: not an importable",
+        ),
     ],
 )
 def test_values_that_cannot_run_are_one_line_and_leave_no_directory(tmp_path, args, message):

@@ -2,6 +2,7 @@
 directory, with the user's own configs beside the shipped ones."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from reluexp.events import read_scalars
+from reluexp.tags import DERIVED, streamed
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
 # What a wheel is built from: the package, its configs and the metadata.
-SOURCES = ["pyproject.toml", "README.md", "reluexp", "conf", "experiments"]
+SOURCES = ["pyproject.toml", "README.md", "reluexp", "conf", "experiments", "hydra_plugins"]
 
 
 def write_user_configs(root: Path) -> Path:
@@ -47,21 +50,20 @@ def write_user_configs(root: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def installed_python(tmp_path_factory) -> Path:
-    """The python of a fresh venv holding reluexp from its wheel, and nothing else of it."""
-    root = tmp_path_factory.mktemp("wheel")
+def install_wheel(root: Path, env: dict[str, str] | None = None) -> Path:
+    """The python of a fresh venv holding reluexp from a wheel built under `env`, and nothing
+    else of it."""
     source = root / "source"
     source.mkdir()
     for name in SOURCES:
         if (REPO_ROOT / name).is_dir():
-            ignore = shutil.ignore_patterns("__pycache__")
+            ignore = shutil.ignore_patterns("__pycache__", "*.so")
             shutil.copytree(REPO_ROOT / name, source / name, ignore=ignore)
         else:
             shutil.copy(REPO_ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip"]
     build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root), str(source)]
-    subprocess.run(pip + build, check=True, capture_output=True, timeout=300)
+    subprocess.run(pip + build, check=True, capture_output=True, timeout=300, env=env)
     (wheel,) = root.glob("reluexp-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -76,6 +78,17 @@ def installed_python(tmp_path_factory) -> Path:
         sysconfig.get_paths()["purelib"] + "\n"
     )
     return python
+
+
+@pytest.fixture(scope="module")
+def installed_python(tmp_path_factory) -> Path:
+    return install_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def python_without_the_kernel(tmp_path_factory) -> Path:
+    """reluexp built where there is no C compiler: the same wheel, without reluexp._fused."""
+    return install_wheel(tmp_path_factory.mktemp("no_compiler"), {**os.environ, "CC": "/bin/false"})
 
 
 def run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -122,3 +135,28 @@ def test_a_users_config_directory_adds_activations_and_studies(install, installe
     (sweep_dir,) = (work / "outputs" / "multirun").iterdir()
     jobs = sorted(p.name for p in sweep_dir.iterdir() if (p / "summary.json").is_file())
     assert [job.split(",")[0] for job in jobs] == ["000_activation=softplus", "001_activation=relu"]
+
+
+def test_a_build_without_a_c_compiler_streams_the_same_numbers(
+    installed_python, python_without_the_kernel, tmp_path
+):
+    kernel = "import reluexp.fused as f; print(f._fused is not None)"
+    assert run(installed_python, "-c", kernel, cwd=tmp_path).stdout.split() == ["True"]
+    assert run(python_without_the_kernel, "-c", kernel, cwd=tmp_path).stdout.split() == ["False"]
+    streams = []
+    for name, python in [("kernel", installed_python), ("torch", python_without_the_kernel)]:
+        run(
+            python,
+            "-m",
+            "reluexp",
+            "device=cpu",
+            "steps=300",
+            f"hydra.run.dir={name}",
+            cwd=tmp_path,
+        )
+        tags = [*streamed(2), *DERIVED]
+        streams.append(read_scalars(tmp_path / name, tags))
+    with_kernel, without = streams
+    assert all(len(values) == 300 for values in with_kernel.values())
+    for tag, values in with_kernel.items():
+        assert values == without[tag], tag

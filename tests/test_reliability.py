@@ -37,12 +37,35 @@ BAD_INPUTS = [
     (["device=cuda"], "reluexp: error: device='cuda': CUDA is not available on this machine"),
     (["device=mps"], "reluexp: error: device='mps': MPS is not available on this machine"),
     (["device=tpu"], "reluexp: error: device='tpu': expected auto, cpu, cuda, cuda:N or mps"),
-    (["activation.target=no.such.Thing"], "reluexp: error: 'no.such.Thing': not an importable"),
+    (
+        ["activation.target=no.such.Thing"],
+        "reluexp: error: activation.target=no.such.Thing: not an importable",
+    ),
     (
         ["activation.target=torch.nope"],
-        "reluexp: error: 'torch.nope': module 'torch' has no 'nope'",
+        "reluexp: error: activation.target=torch.nope: module 'torch' has no 'nope'",
     ),
     (["hydra.run.dir=/proc/reluexp"], "reluexp: error: hydra.run.dir=/proc/reluexp: cannot write"),
+    (
+        [f"hydra.run.dir=outputs/{'x' * 300}"],
+        f"reluexp: error: hydra.run.dir=outputs/{'x' * 300}: cannot write there "
+        "(File name too long)",
+    ),
+    # Errors that Hydra would turn into warnings if they were raised in its callbacks.
+    (
+        ["activation.target=broken_syntax.Relu"],
+        "reluexp: error: activation.target=broken_syntax.Relu: importing broken_syntax raised "
+        "SyntaxError: '(' was never closed (",
+    ),
+    (
+        ["activation.target=raises_on_import.Relu"],
+        "reluexp: error: activation.target=raises_on_import.Relu: importing raises_on_import "
+        "raised RuntimeError: no CUDA driver here (",
+    ),
+    (
+        ["seed=${oc.env:HOME}"],
+        "reluexp: error: seed: While dereferencing interpolation '${oc.env:HOME}': Value",
+    ),
     (["resume=/nonexistent"], "reluexp: error: resume=/nonexistent: not a run directory"),
     (
         ["resume=done", "lr=1"],
@@ -79,6 +102,10 @@ def test_bad_inputs_exit_nonzero_with_a_message_and_no_traceback(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / "summary.json").write_text('{"status": "completed"}')
+    (tmp_path / "broken_syntax.py").write_text("import torch\ndef Relu(x:\n    return x\n")
+    (tmp_path / "raises_on_import.py").write_text(
+        "import torch\nraise RuntimeError('no CUDA driver here')\n"
+    )
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "reluexp", *args],
@@ -97,8 +124,8 @@ def test_bad_inputs_exit_nonzero_with_a_message_and_no_traceback(tmp_path):
         assert "Traceback" not in stderr, (args, stderr)
         assert stderr.strip() == stderr.strip().splitlines()[0], ("more than one line", args)
         assert process.returncode == 2
-    # Nothing trained: no run directory holds a summary.
-    assert not list(tmp_path.glob("outputs/**/summary.json"))
+    # Nothing trained, and no run directory was made.
+    assert not list(tmp_path.glob("outputs/runs/*"))
 
 
 def losses(run_dir):
@@ -297,3 +324,31 @@ def test_summary_is_written_before_the_first_step(tmp_path, monkeypatch):
     monkeypatch.setattr(train, "forward", forward_spy)
     train.run(small_config(steps=2), tmp_path)
     assert seen["status"] == "running"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="a read-only bind mount")
+def test_resuming_into_a_read_only_directory_is_one_line(tmp_path):
+    run_dir = tmp_path / "writable" / "run"
+    process = start_training(run_dir)
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=120)
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    # Root writes through a directory's permissions: the directory is mounted read-only.
+    mounted = subprocess.run(["mount", "--bind", str(run_dir.parent), str(read_only)])
+    if mounted.returncode != 0:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(read_only)], check=True)
+        before = sorted(p.name for p in (read_only / "run").rglob("*"))
+        result = run_cli(f"resume={read_only / 'run'}", cwd=tmp_path, check=False)
+        after = sorted(p.name for p in (read_only / "run").rglob("*"))
+    finally:
+        subprocess.run(["umount", str(read_only)], check=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"reluexp: error: hydra.run.dir={read_only / 'run'}: cannot write there "
+        "(Read-only file system)"
+    )
+    assert after == before

@@ -3,9 +3,11 @@
 import csv
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ import torch
 from reluexp import report
 from reluexp.events import read_scalars
 from reluexp.hydra_glue import compose_config
+from reluexp.workers import command_line
 from tests.helpers import run_cli
 from tests.test_config import EXPERIMENTS
 
@@ -187,7 +190,7 @@ def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
     """myrelu against relu, same seed: 0 until the first exact zero, then (a - b) / |b| of the
     article's loop run twice, independently of reluexp."""
     from reluexp.config import Config
-    from reluexp.events import DIFFERENCE_TAG
+    from reluexp.tags import DIFFERENCE as DIFFERENCE_TAG
     from tests.helpers import seed_loop
     from tests.test_edges import fake_sweep
 
@@ -217,3 +220,40 @@ def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
     assert (
         tmp_path / "groups" / "activation=myrelu" / "events.out.tfevents.reluexp-group"
     ).is_file()
+
+
+def submit_processes():
+    """The pids of submitit's job processes (`python -m submitit.core._submit ...`)."""
+    pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    return [pid for pid in pids if "submitit.core._submit" in command_line(pid)]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_a_killed_submitit_local_job_is_a_failed_job_and_the_sweep_ends(tmp_path):
+    command = [sys.executable, "-m", "reluexp", "-m", "hydra/launcher=submitit_local"]
+    command += ["seed=0,1,2", "steps=30000", "device=cpu", "threads=1"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        # The three jobs run at once: kill one once every run is training.
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            sweeps = list((tmp_path / "outputs" / "multirun").glob("*"))
+            started = [s["status"] for s in job_summaries(sweeps[0]).values()] if sweeps else []
+            if started == ["running"] * 3:
+                break
+            time.sleep(0.2)
+        os.kill(submit_processes()[0], signal.SIGKILL)
+        _, stderr = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == 1, stderr
+    (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
+    statuses = sorted(s["status"] for s in job_summaries(sweep_dir).values())
+    assert statuses == ["completed", "completed", "failed"]
+    failed = next(s for s in job_summaries(sweep_dir).values() if s["status"] == "failed")
+    assert failed["error"] == "its process ended without a result (killed, or out of memory)"
+    assert "3 jobs: completed: 2, failed: 1" in (sweep_dir / "summary.md").read_text()
+    assert "failed: its process ended without a result" in stderr
+    assert submit_processes() == []

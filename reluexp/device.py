@@ -1,0 +1,67 @@
+"""Where a run computes: the device a config names, and whether its tensors fit there."""
+
+from pathlib import Path
+
+import torch
+
+from reluexp.config import Config, ConfigError, Dtype, hidden_sizes, layer_sizes
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks the best device present; any other name must exist here."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    allowed = "expected auto, cpu, cuda, cuda:N or mps"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device={name!r}: {allowed}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={name!r}: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            count = torch.cuda.device_count()
+            raise ConfigError(f"device={name!r}: this machine has {count} CUDA device(s)")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"device={name!r}: MPS is not available on this machine")
+    elif device.type != "cpu":
+        raise ConfigError(f"device={name!r}: {allowed}")
+    return device
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes the run can still allocate on the device; None where it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        try:
+            meminfo = Path("/proc/meminfo").read_text()
+        except OSError:
+            return None
+        for line in meminfo.splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def check_memory(config: Config, device: torch.device) -> None:
+    """Refuse sizes whose tensors cannot fit before allocating any (a lower bound of a step's
+    peak: data, weights with their gradients and optimizer state, each layer's two activations
+    and its gradient)."""
+    sizes = layer_sizes(config)
+    weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
+    activations = config.data.n * (sum(hidden_sizes(config.model.hidden)) + config.data.d_out)
+    elements = config.data.n * (config.data.d_in + config.data.d_out) + 4 * weights
+    needed = (elements + 3 * activations) * getattr(torch, Dtype(config.dtype).value).itemsize
+    available = available_memory(device)
+    if available is not None and needed > available:
+        raise ConfigError(
+            f"data.n={config.data.n}, data.d_in={config.data.d_in}, "
+            f"model.hidden={config.model.hidden}, data.d_out={config.data.d_out}: needs at "
+            f"least {needed / 2**30:.3g} GiB on {device}, {available / 2**30:.3g} GiB available"
+        )

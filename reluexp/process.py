@@ -1,0 +1,112 @@
+"""The process-wide state a job sets (torch threads, malloc, signal handlers, RNG) and puts back,
+so every job of an in-process sweep runs exactly as it would alone."""
+
+import ctypes
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+
+# glibc's mallopt parameters (malloc.h) and the defaults it starts with.
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+GLIBC_DEFAULTS = {M_TRIM_THRESHOLD: 128 * 1024, M_MMAP_MAX: 65536}
+KEEP_FREED_MEMORY = {M_TRIM_THRESHOLD: 2**31 - 1, M_MMAP_MAX: 0}
+
+
+def set_malloc(settings: dict[int, int], release_free_memory: bool = False) -> bool:
+    """Apply glibc mallopt settings (and hand free memory back to the OS); False without glibc."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except AttributeError:
+        return False
+    for parameter, value in settings.items():
+        mallopt(parameter, value)
+    if release_free_memory:
+        libc.malloc_trim(0)
+    return True
+
+
+@contextmanager
+def keep_freed_memory() -> Iterator[None]:
+    """While active, glibc's malloc keeps freed memory for reuse instead of handing it back.
+
+    By default glibc serves every block above its mmap threshold (32 MiB at most) with a fresh
+    mmap, so a large step's activations are page-faulted in again at every step: about a fifth
+    of the step at N=4096, H=4096 (benchmarks/limit.py). Same-shaped steps reuse the blocks.
+    Afterwards glibc's defaults are put back and the kept memory is handed back (malloc_trim),
+    so the next job starts as it would alone (glibc's dynamic mmap threshold stays off: a
+    setting of speed, never of results).
+    """
+    applied = set_malloc(KEEP_FREED_MEMORY)
+    try:
+        yield
+    finally:
+        if applied:
+            set_malloc(GLIBC_DEFAULTS, release_free_memory=True)
+
+
+def slurm_job_id() -> str | None:
+    """This process's SLURM job (`<array job>_<task>` for an array task), None outside SLURM."""
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        return f"{array_job}_{task}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop a run at a step boundary: SIGINT, SIGTERM, and in a SLURM job
+    SIGUSR2, which SLURM sends before a time limit or preemption (submitit's protocol)."""
+    if slurm_job_id() is None:
+        return (signal.SIGINT, signal.SIGTERM)
+    return (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+
+
+class StopSignals:
+    """While active, stop_signals() ask the loop to stop at the next step; a second one exits
+    now. Every file is written by rename, so exiting at once cannot leave a half-written one.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            os._exit(128 + signum)
+        self.signum = signum
+
+    def __enter__(self) -> "StopSignals":
+        # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
+        if threading.current_thread() is threading.main_thread():
+            for signum in stop_signals():
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def job_environment(device: torch.device, threads: int | None) -> Iterator[StopSignals]:
+    """Set what a job changes process-wide (torch threads, malloc, signal handlers, RNG state)
+    and put all of it back when the job ends, whatever ran before it in the same process."""
+    saved_threads = torch.get_num_threads()
+    saved_rng = torch.get_rng_state()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        malloc = keep_freed_memory() if device.type == "cpu" else nullcontext()
+        with malloc, StopSignals() as stop:
+            yield stop
+    finally:
+        torch.set_num_threads(saved_threads)
+        torch.set_rng_state(saved_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)

@@ -1,0 +1,74 @@
+"""reluexp's uses of torch internals (reluexp._compat): as relied on in the installed torch, and
+the public path taken, with the same numbers, when they are not."""
+
+import inspect
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from reluexp import _compat
+from reluexp.functions import LeakyReLU, LeanReLU, SiLU
+
+pytestmark = pytest.mark.compat
+
+FAST_APPLY = [(LeanReLU, torch.relu), (SiLU, F.silu)]
+
+
+def test_the_torch_internals_are_as_relied_on():
+    if _compat.FUNCTION_INTERNALS is None:
+        pytest.fail(
+            f"torch {torch.__version__}: torch._C._are_functorch_transforms_active or "
+            "torch._functorch.utils.unwrap_dead_wrappers is missing or has changed; "
+            "reluexp falls back to Function.apply (slower): update reluexp/_compat.py"
+        )
+    seen = []
+    torch.func.vmap(lambda x: seen.append(_compat.FUNCTION_INTERNALS.transforms_active()) or x)(
+        torch.zeros(2, 3)
+    )
+    assert seen == [True], f"torch {torch.__version__}: transforms_active() under vmap"
+
+
+def test_fast_apply_skips_the_signature_binding_and_torchs_own_apply_binds(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("inspect.signature on a call")
+
+    x = torch.randn(8, requires_grad=True)
+    monkeypatch.setattr(torch.autograd.function.inspect, "signature", refuse)
+    for function, _ in FAST_APPLY:
+        function.apply(x).sum().backward()
+    # torch's own apply binds on every call (LeakyReLU takes a keyword argument).
+    with pytest.raises(AssertionError, match="inspect.signature on a call"):
+        LeakyReLU.apply(x)
+
+
+def test_missing_internals_mean_the_public_path(monkeypatch):
+    monkeypatch.delattr(torch._C, "_are_functorch_transforms_active")
+    assert _compat.function_internals() is None
+
+
+@pytest.mark.parametrize("internals", ["present", "missing"])
+def test_the_functions_give_the_builtins_numbers_either_way(monkeypatch, internals):
+    if internals == "missing":
+        monkeypatch.setattr(_compat, "FUNCTION_INTERNALS", None)
+        bindings = []
+        signature = inspect.signature
+        monkeypatch.setattr(
+            torch.autograd.function.inspect,
+            "signature",
+            lambda fn: bindings.append(fn) or signature(fn),
+        )
+    x = torch.randn(64, 100, generator=torch.Generator().manual_seed(0))
+    x[0, :3] = 0.0
+    for function, builtin in FAST_APPLY:
+        leaf, ref_leaf = x.clone().requires_grad_(), x.clone().requires_grad_()
+        y, y_ref = function.apply(leaf), builtin(ref_leaf)
+        grad_output = torch.randn_like(x)
+        y.backward(grad_output)
+        y_ref.backward(grad_output)
+        torch.testing.assert_close(y, y_ref, rtol=1.3e-6, atol=1e-6)
+        torch.testing.assert_close(leaf.grad, ref_leaf.grad, rtol=1.3e-6, atol=1e-6)
+        batched = torch.func.vmap(function.apply)(x)
+        torch.testing.assert_close(batched, y.detach(), rtol=0, atol=0)
+    if internals == "missing":
+        assert len(bindings) >= len(FAST_APPLY)  # torch's own apply ran
