@@ -11,6 +11,7 @@ apply of the Function's base class; inside them, its own path. That needs two in
 `torch._C._are_functorch_transforms_active` and `torch._functorch.utils.unwrap_dead_wrappers`.
 """
 
+import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -59,3 +60,13 @@ class ApplyWithoutBinding:
             return super().apply(*args)
         args = internals.unwrap_dead_wrappers(args)
         return super(torch.autograd.Function, cls).apply(*args)
+
+
+def import_dynamo_outside_vmap() -> None:
+    """torch 2.3: the first torch.func.vmap of an autograd.Function imports torch._dynamo, whose
+    import draws random numbers, which vmap's default randomness mode refuses (and leaves
+    torch._dynamo half-imported for the rest of the process); imported beforehand, the vmap
+    works. torch 2.13's vmap does not import it (a second of import spared); the versions
+    between were not tried, so they import it too."""
+    if torch.__version__ < (2, 13):
+        importlib.import_module("torch._dynamo")

@@ -83,11 +83,63 @@ def import_object(
     raise ConfigError(f"{key}={path}: not an importable dotted path (expected pkg.module.Name)")
 
 
+def is_function(obj: object) -> bool:
+    return inspect.isclass(obj) and issubclass(obj, torch.autograd.Function)
+
+
+def is_module(obj: object) -> bool:
+    return inspect.isclass(obj) and issubclass(obj, nn.Module)
+
+
+def checked_params(obj: object, params: dict[str, Any], path: str) -> tuple[Any, ...]:
+    """activation.params checked against what obj takes after its input (each key must name an
+    argument; a number where the default is a number), and, for a Function, as the positional
+    arguments after the input (Function.apply takes no keywords before torch 2.4). A builtin
+    without a Python signature takes them as they are."""
+    if is_function(obj):
+        signature_of = obj.forward
+        # forward(ctx, input, ...) unless setup_context takes the ctx.
+        skip = 1 if obj.setup_context is not torch.autograd.Function.setup_context else 2
+    elif is_module(obj):
+        signature_of, skip = obj.__init__, 1
+    else:
+        signature_of, skip = obj, 1
+    try:
+        parameters = list(inspect.signature(signature_of).parameters.values())[skip:]
+    except (TypeError, ValueError):
+        return tuple(params.values())
+    names = {p.name: p for p in parameters if p.kind is not p.VAR_KEYWORD}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    for key, value in params.items():
+        if key not in names:
+            if takes_any:
+                continue
+            allowed = ", ".join(names) or "no arguments"
+            raise ConfigError(f"activation.params.{key}: {path} takes {allowed}")
+        default = names[key].default
+        number = isinstance(default, int | float) and not isinstance(default, bool)
+        if number and (not isinstance(value, int | float) or isinstance(value, bool)):
+            raise ConfigError(
+                f"activation.params.{key}={value!r}: expected a number (the default is {default})"
+            )
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise ConfigError(f"activation.params.{key}={value!r}: expected true or false")
+    if not is_function(obj):
+        return ()
+    missing = [p.name for p in parameters if p.name not in params and p.default is p.empty]
+    if missing:
+        raise ConfigError(f"activation.params.{missing[0]}: {path} needs it")
+    return tuple(params.get(p.name, p.default) for p in parameters)
+
+
 def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:
     """A Function gives its `apply`, a Module class an instance, a function itself; params bound."""
-    if inspect.isclass(obj) and issubclass(obj, torch.autograd.Function):
-        return functools.partial(obj.apply, **params)
-    if inspect.isclass(obj) and issubclass(obj, nn.Module):
+    positional = checked_params(obj, params, path)
+    if is_function(obj):
+        if not positional:
+            return obj.apply
+        return lambda x: obj.apply(x, *positional)
+    if is_module(obj):
         return obj(**params)
     if callable(obj):
         return functools.partial(obj, **params)

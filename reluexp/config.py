@@ -34,6 +34,10 @@ class ActivationConfig:
     reference: str | None = "torch.relu"
     # Keyword arguments for the target and the reference alike (e.g. negative_slope).
     params: dict[str, Any] = field(default_factory=dict)
+    # Dotted path to the derivative the backward means to compute when it is deliberately not the
+    # forward's (a surrogate gradient: a spiking neuron's smooth stand-in for a step's 0); called
+    # with the input and the params. reluexp.check checks the backward against it.
+    surrogate: str | None = None
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reluexp import fused
+from reluexp import fused, tags
 
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
@@ -47,8 +47,10 @@ class MetricRow:
         unit_max: list[torch.Tensor],
         unit_min: list[torch.Tensor],
         fused_counts: bool,
+        param_cells: torch.Tensor,
     ):
         self.loss_cell, *self.nonzero_cells = scalars
+        self.param_cells = param_cells
         half = len(norms) // 2
         self.grad_cells, self.weight_cells = list(norms[:half]), list(norms[half:])
         self.max_cells, self.min_cells = unit_max, unit_min
@@ -75,6 +77,20 @@ class MetricRow:
         for cell, w in zip(self.weight_cells, weights):
             norm_into(w.detach(), cell)
 
+    def record_activation_params(self, params: list[torch.Tensor]) -> None:
+        """A scalar parameter's value; a tensor's norm, mean, min, max (tags.activation_params)."""
+        column = 0
+        for p in params:
+            p = p.detach()
+            if p.numel() == 1:
+                self.param_cells[column].copy_(p.reshape(()))
+                column += 1
+                continue
+            norm_into(p, self.param_cells[column])
+            for offset, statistic in enumerate((p.mean(), p.min(), p.max()), 1):
+                self.param_cells[column + offset].copy_(statistic)
+            column += 4
+
 
 class MetricStream:
     """Records every logged step's metrics on the device; hands them to the host in blocks.
@@ -91,10 +107,18 @@ class MetricStream:
     weight norms are those of the weights the step produced.
     """
 
-    def __init__(self, batch: int, widths: list[int], weights: list[torch.Tensor]):
+    def __init__(
+        self,
+        batch: int,
+        widths: list[int],
+        weights: list[torch.Tensor],
+        activation_params: dict[str, torch.Tensor] | None = None,
+    ):
         self.batch = batch
         self.widths = widths
         self.num_weights = len(weights)
+        sizes = {name: p.numel() for name, p in (activation_params or {}).items()}
+        self.tags = tags.streamed(self.num_weights, sizes)
         device, dtype = weights[0].device, weights[0].dtype
         self.fused_counts = fused.serves(weights[0])
         exact = {"dtype": torch.float64, "device": device}
@@ -102,6 +126,7 @@ class MetricStream:
         self.norms = torch.zeros(FLUSH_ROWS, 2 * self.num_weights, **exact)
         self.unit_max = torch.zeros(FLUSH_ROWS, sum(widths), dtype=dtype, device=device)
         self.unit_min = torch.zeros(FLUSH_ROWS, sum(widths), dtype=dtype, device=device)
+        self.params = torch.zeros(FLUSH_ROWS, len(tags.activation_params(sizes)), **exact)
         bounds = [0, *itertools.accumulate(widths)]
         self.layer_columns = list(zip(bounds, bounds[1:]))
         self.rows = [
@@ -111,6 +136,7 @@ class MetricStream:
                 [self.unit_max[i, a:b] for a, b in self.layer_columns],
                 [self.unit_min[i, a:b] for a, b in self.layer_columns],
                 self.fused_counts,
+                self.params[i],
             )
             for i in range(FLUSH_ROWS)
         ]
@@ -132,15 +158,25 @@ class MetricStream:
         full = len(self.steps) == FLUSH_ROWS
         return full or time.perf_counter() - self.last_flush > FLUSH_SECONDS
 
-    def host_row(self, scalars: list[float], norms: list[float], alive: list[int]) -> list[float]:
-        """A device row as the values of tags.streamed()."""
+    def host_row(
+        self, scalars: list[float], norms: list[float], alive: list[int], params: list[float]
+    ) -> list[float]:
+        """A device row as the values of self.tags."""
         k = self.num_weights
         loss, nonzero_pre = scalars[0], scalars[1:]
         grad_norms, weight_norms = norms[:k], norms[k:]
         exact_zeros = sum(self.batch * h - int(nz) for h, nz in zip(self.widths, nonzero_pre))
         dead_fraction = 1 - sum(alive) / sum(self.widths)
         total_grad_norm = math.sqrt(sum(v * v for v in grad_norms))
-        return [loss, *grad_norms, total_grad_norm, *weight_norms, dead_fraction, exact_zeros]
+        return [
+            loss,
+            *grad_norms,
+            total_grad_norm,
+            *weight_norms,
+            dead_fraction,
+            exact_zeros,
+            *params,
+        ]
 
     def flush(self) -> MetricRows:
         """The recorded rows, with one host copy per block; the blocks are then free again."""
@@ -153,10 +189,9 @@ class MetricStream:
             [torch.count_nonzero(live[:, a:b], dim=1) for a, b in self.layer_columns], dim=1
         )
         live_units = alive.tolist()
-        rows = [
-            self.host_row(*row)
-            for row in zip(self.scalars[:n].tolist(), self.norms[:n].tolist(), live_units)
-        ]
+        device_rows = (self.scalars[:n], self.norms[:n], self.params[:n])
+        scalars, norms, params = (block.tolist() for block in device_rows)
+        rows = [self.host_row(*row) for row in zip(scalars, norms, live_units, params)]
         block = MetricRows(list(self.steps), list(self.times), rows, live_units)
         self.steps.clear()
         self.times.clear()

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
+from reluexp.activations import Activation
 from reluexp.checkpoint import save_checkpoint
 from reluexp.config import Config, Dtype, Init, config_dict, layer_sizes
 from reluexp.data import make_data
@@ -20,9 +22,11 @@ log = logging.getLogger("reluexp")
 
 @dataclass
 class RunState:
-    """What a run needs to go on: the weights and optimizer, and what the run has seen so far."""
+    """What a run needs to go on: the weights, the activation's own parameters (a Module's,
+    trained with them), the optimizer, and what the run has seen so far."""
 
     weights: list[torch.Tensor]
+    activation_params: dict[str, torch.Tensor]
     optimizer: torch.optim.Optimizer | None
     step: int = 0
     min_loss: float = math.inf
@@ -39,9 +43,13 @@ class RunState:
 
 
 def build_state(
-    config: Config, device: torch.device, checkpoint: dict[str, Any] | None
+    config: Config,
+    device: torch.device,
+    checkpoint: dict[str, Any] | None,
+    activation: Activation | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, RunState]:
-    """The data (x, y) and the run's state, fresh or from a checkpoint, on the device."""
+    """The data (x, y) and the run's state, fresh or from a checkpoint, on the device; an
+    activation Module is moved there too, its parameters trained with the weights."""
     # One CPU generator in the seed's order (x, y, w1, w2, ...): CPU and GPU runs start identical.
     generator = torch.Generator("cpu").manual_seed(config.seed)
     x, y = make_data(config.data.n, config.data.d_in, config.data.d_out, generator)
@@ -51,7 +59,14 @@ def build_state(
     dtype = getattr(torch, Dtype(config.dtype).value)
     x, y = x.to(device, dtype), y.to(device, dtype)
     weights = [w.to(device, dtype).requires_grad_() for w in weights]
-    state = RunState(weights, make_optimizer(config, weights), segment_start=time.perf_counter())
+    activation_params: dict[str, torch.Tensor] = {}
+    if isinstance(activation, nn.Module):
+        activation.to(device, dtype)
+        if checkpoint is not None:
+            activation.load_state_dict(checkpoint.get("activation", {}))
+        activation_params = dict(activation.named_parameters())
+    optimizer = make_optimizer(config, [*weights, *activation_params.values()])
+    state = RunState(weights, activation_params, optimizer, segment_start=time.perf_counter())
     if checkpoint is not None:
         state.step = checkpoint["step"]
         state.min_loss = checkpoint["min_loss"]
@@ -73,6 +88,7 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
         {
             "step": state.step,
             "weights": [w.detach() for w in state.weights],
+            "activation": {name: p.detach() for name, p in state.activation_params.items()},
             "optimizer": state.optimizer.state_dict() if state.optimizer is not None else {},
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],

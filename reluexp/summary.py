@@ -95,6 +95,7 @@ def now() -> str:
 @cache
 def versions() -> dict[str, str | None]:
     """Versions that decide a run's numbers."""
+    import torch  # imported by any run already; the report reads summaries without it
 
     def dist_version(name: str) -> str | None:
         try:
@@ -115,7 +116,7 @@ def versions() -> dict[str, str | None]:
         commit = ""
     return {
         "python": platform.python_version(),
-        "torch": dist_version("torch"),
+        "torch": torch.__version__,
         "hydra": dist_version("hydra-core"),
         "reluexp": reluexp.__version__,
         "git_commit": commit or None,

@@ -24,7 +24,19 @@ def weight_names(num_weights: int) -> list[str]:
     return [f"w{i}" for i in range(1, num_weights + 1)]
 
 
-def streamed(num_weights: int) -> list[str]:
+def activation_params(sizes: dict[str, int]) -> list[str]:
+    """An activation's own parameters by name and size: a scalar's value; a tensor's norm,
+    mean, min and max."""
+    found = []
+    for name, size in sizes.items():
+        if size == 1:
+            found.append(f"activation_param/{name}")
+        else:
+            found += [f"activation_param/{name}_{stat}" for stat in ("norm", "mean", "min", "max")]
+    return found
+
+
+def streamed(num_weights: int, param_sizes: dict[str, int] | None = None) -> list[str]:
     """The tags of one streamed metric row, in order (metrics.MetricStream.host_row)."""
     names = weight_names(num_weights)
     return [
@@ -34,6 +46,7 @@ def streamed(num_weights: int) -> list[str]:
         *(f"weight_norm/{n}" for n in names),
         DEAD_FRACTION,
         EXACT_ZEROS,
+        *activation_params(param_sizes or {}),
     ]
 
 
@@ -54,5 +67,8 @@ LAYOUT: dict[str, dict[str, list[str] | tuple[str, str, str]]] = {
         "pre-activations exactly 0, per step": [EXACT_ZEROS],
         "dead fraction of hidden units": [DEAD_FRACTION],
     },
-    "weights": {"weight norm per weight": [r"weight_norm/.*"]},
+    "weights": {
+        "weight norm per weight": [r"weight_norm/.*"],
+        "the activation's own parameters": [r"activation_param/.*"],
+    },
 }

@@ -61,8 +61,10 @@ class Recorder:
         self.config = config
         self.state = state
         self.events = events
-        self.stream = MetricStream(config.data.n, hidden_sizes(config.model.hidden), state.weights)
-        streamed = tags.streamed(len(state.weights))
+        self.stream = MetricStream(
+            config.data.n, hidden_sizes(config.model.hidden), state.weights, state.activation_params
+        )
+        streamed = self.stream.tags
         self.total_grad_norm = streamed.index(tags.GRAD_NORM_TOTAL)
         self.exact_zeros = streamed.index(tags.EXACT_ZEROS)
         self.tags = [*streamed, *tags.DERIVED]
@@ -274,7 +276,7 @@ def _run(
     )
     run_dir.mkdir(parents=True, exist_ok=True)
     with hold_run(run_dir), job_environment(device, config.threads) as stop:
-        x, y, state = build_state(config, device, checkpoint)
+        x, y, state = build_state(config, device, checkpoint, activation)
         start_step = state.step
         summaries.record_start(
             run_dir,
@@ -296,7 +298,9 @@ def _run(
             y,
             state,
             activation,
-            WeightUpdate(state.weights, state.optimizer, config.lr),
+            WeightUpdate(
+                state.weights, state.optimizer, config.lr, list(state.activation_params.values())
+            ),
             recorder,
             stop,
             progress,

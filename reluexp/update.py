@@ -22,11 +22,17 @@ class WeightUpdate:
     the seed's update takes both in its own pass over each weight."""
 
     def __init__(
-        self, weights: list[torch.Tensor], optimizer: torch.optim.Optimizer | None, lr: float
+        self,
+        weights: list[torch.Tensor],
+        optimizer: torch.optim.Optimizer | None,
+        lr: float,
+        activation_params: list[torch.Tensor] = (),
     ):
         self.weights = weights
         self.optimizer = optimizer
         self.lr = lr
+        # The activation's own parameters: the same update, no norms (their values stream).
+        self.activation_params = list(activation_params)
         self.fused = optimizer is None and fused.serves(*weights)
 
     def __call__(self, row: MetricRow | None) -> None:
@@ -34,18 +40,26 @@ class WeightUpdate:
             for w, grad_cell, weight_cell in zip(self.weights, row.grad_cells, row.weight_cells):
                 fused.update_with_norms(w, w.grad.contiguous(), self.lr, grad_cell, weight_cell)
                 w.grad = None
-            return
-        if row is not None:
-            row.record_grad_norms(self.weights)
-        if self.optimizer is None:
-            for w in self.weights:
-                # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in the
-                # gradient, which is then dropped instead of zeroed: the same values, without a
-                # temporary, a fill and an accumulate per weight.
-                w -= w.grad.mul_(self.lr)
-                w.grad = None
+            self.seed_update(self.activation_params)
         else:
-            self.optimizer.step()
-            self.optimizer.zero_grad()
-        if row is not None:
-            row.record_weight_norms(self.weights)
+            if row is not None:
+                row.record_grad_norms(self.weights)
+            if self.optimizer is None:
+                self.seed_update([*self.weights, *self.activation_params])
+            else:
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+            if row is not None:
+                row.record_weight_norms(self.weights)
+        if row is not None and self.activation_params:
+            row.record_activation_params(self.activation_params)
+
+    def seed_update(self, tensors: list[torch.Tensor]) -> None:
+        for w in tensors:
+            if w.grad is None:  # a parameter the loss does not reach
+                continue
+            # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in the
+            # gradient, which is then dropped instead of zeroed: the same values, without a
+            # temporary, a fill and an accumulate per weight.
+            w -= w.grad.mul_(self.lr)
+            w.grad = None

@@ -15,6 +15,13 @@ pytestmark = pytest.mark.compat
 FAST_APPLY = [(LeanReLU, torch.relu), (SiLU, F.silu)]
 
 
+@pytest.fixture(autouse=True)
+def vmap_works():
+    """What the Function lab does before it tries vmap (torch 2.3's first vmap of a Function
+    fails otherwise: reluexp._compat.import_dynamo_outside_vmap)."""
+    _compat.import_dynamo_outside_vmap()
+
+
 def test_the_torch_internals_are_as_relied_on():
     if _compat.FUNCTION_INTERNALS is None:
         pytest.fail(

@@ -12,6 +12,8 @@ from reluexp.activations import resolve_activation
 from reluexp.config import Config, ConfigError, Dtype, validate
 from tests.helpers import REPO_ROOT
 
+pytestmark = pytest.mark.compat
+
 # Every shipped activation; `custom` is the user's slot, tested on its own.
 ACTIVATIONS = sorted(
     p.stem for p in (REPO_ROOT / "conf" / "activation").glob("*.yaml") if p.stem != "custom"

@@ -9,6 +9,8 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 
 from reluexp.events import EventWriter, ScalarEvents, read_scalars, varint
 
+pytestmark = pytest.mark.compat
+
 
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 2**35])
 def test_varint_is_protobufs_encoding(n):

@@ -70,7 +70,11 @@ def test_readme_command_works_as_written(tmp_path, command):
     )
     if worked_example:
         assert result.returncode == 1
-        failure = re.search(r"FAILED gradcheck \(4, 5\): x\[0, 3\]=[0-9.]+", result.stderr).group(0)
+        failure = re.search(
+            r"WRONG gradcheck \(4, 5\): backward at x\[0, 3\]=[0-9.]+ \(float64\): got 2\.0",
+            result.stdout,
+        ).group(0)
         assert failure in README.replace("\n", " ")
+        assert result.stdout.splitlines()[-1].startswith("MyReLU: WRONG. Report: ")
     else:
         assert result.returncode == 0, result.stderr[-2000:]

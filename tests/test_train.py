@@ -28,6 +28,9 @@ def scalars(run_dir):
     }
 
 
+pytestmark = pytest.mark.compat
+
+
 @pytest.fixture(scope="module")
 def reference():
     return seed_loop()
@@ -183,46 +186,6 @@ def test_compile_keeps_the_reference_numbers_within_float_rounding(tmp_path):
     eager = [r["loss"] for r in seed_loop(steps=steps)]
     # Fused kernels may sum in another order: the losses agree to float32 rounding, not bits.
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-5, atol=0)
-
-
-PAGE_FAULTS_OF_A_REALLOCATION = """
-import contextlib, resource, sys, torch
-from reluexp.process import keep_freed_memory
-
-def step():
-    # A large layer's pre-activation and activation, 64 MiB each, touched and freed. (One
-    # block alone is not always reused: torch asks posix_memalign, which wants a free block a
-    # little larger than the one freed; a step frees several, and they merge.)
-    pre = torch.ones(2**24)
-    return pre.clamp(min=0).sum()
-
-def faults():
-    for _ in range(4):  # till reuse settles
-        step()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    step()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-with keep_freed_memory() if sys.argv[1] == "keep" else contextlib.nullcontext():
-    inside = faults()
-print(inside, faults())
-"""
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc")
-def test_keep_freed_memory_reuses_large_blocks_without_page_faults_then_puts_malloc_back():
-    def faults(mode):
-        command = [sys.executable, "-c", PAGE_FAULTS_OF_A_REALLOCATION, mode]
-        output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-        return [int(n) for n in output.split()]
-
-    pages = 2 * 2**26 // 4096
-    # glibc's default maps a fresh block: every page faults again.
-    assert all(n > pages / 2 for n in faults("default"))
-    inside, after = faults("keep")
-    assert inside < pages / 50
-    # After the job, glibc's defaults are back: the next job runs as it would alone.
-    assert after > pages / 2
 
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["fused kernel", "torch ops"])
