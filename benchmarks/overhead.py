@@ -1,11 +1,15 @@
 """What streaming every step costs: reluexp's loop against the article's bare loop.
 
     python -m benchmarks.overhead [--repetitions 9] [--steps 1000] [--processes 7]
+                                  [--compare PYTHON]
 
 In-process per-step time (same process, alternating, both under reluexp's malloc settings), and
 whole-process wall time of `python -m reluexp device=cpu` against `python benchmarks/article.py`
-at the reference size: one step (start-up) and 6000 steps. Where the stream's time goes: the
-streamed loop with torch ops instead of the fused kernel, and without the activation counters.
+at the reference size: one step (start-up) and 6000 steps, and the same process ending without
+the gc.freeze() of reluexp.__main__. Where the stream's time goes: the streamed loop with torch
+ops instead of the fused kernel, and without the activation counters. --compare PYTHON adds
+another installation's reluexp (an older commit's, say) beside this one, in the same run: its
+streamed loop in a fresh process and its whole processes.
 """
 
 import argparse
@@ -78,6 +82,22 @@ VARIANTS = {
 
 # Start-up (one step), and a run long enough for the stream to show.
 WHOLE_PROCESS_STEPS = (1, 6000)
+# python -m reluexp without reluexp.__main__'s gc.freeze() at the end.
+WITHOUT_FREEZE = "import sys; from reluexp.cli import main; main()"
+# The streamed loop's time per step, in a fresh process of the given python.
+LOOP_IN_A_PROCESS = (
+    "import json, sys, tempfile; from pathlib import Path; from reluexp import train; "
+    "from reluexp.config import Config; steps = int(sys.argv[1]); run_dir = tempfile.mkdtemp(); "
+    "train.run(Config(device='cpu', steps=steps, quiet=True), Path(run_dir)); "
+    "print(json.loads((Path(run_dir) / 'summary.json').read_text())['wall_time_s'] / steps)"
+)
+
+
+def loop_in_a_process(python: str, steps: int) -> float:
+    with tempfile.TemporaryDirectory() as cwd:
+        command = [python, "-c", LOOP_IN_A_PROCESS, str(steps)]
+        done = subprocess.run(command, cwd=cwd, check=True, capture_output=True, text=True)
+        return float(done.stdout.split()[-1])
 
 
 def process(*command: str) -> float:
@@ -92,7 +112,9 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=9)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--processes", type=int, default=7)
+    parser.add_argument("--compare", help="another installation's python, measured beside")
     args = parser.parse_args()
+    pythons = {"this tree": sys.executable} | ({args.compare: args.compare} if args.compare else {})
 
     per_step = alternate(
         {
@@ -105,6 +127,13 @@ def main() -> None:
                 for variant in list(VARIANTS)[1:]
             },
             "reluexp, stream off": lambda: reluexp_loop(args.steps, log_every=10**9),
+            **{
+                f"reluexp, every step streamed, a fresh process of {name}": (
+                    lambda python=python: loop_in_a_process(python, args.steps)
+                )
+                for name, python in pythons.items()
+                if args.compare
+            },
         },
         args.repetitions,
     )
@@ -120,9 +149,25 @@ def main() -> None:
         )
         for steps in WHOLE_PROCESS_STEPS
     }
-    commands = dict(command for pair in pairs.values() for command in pair)
+    commands = {name: [sys.executable, *argv] for pair in pairs.values() for name, argv in pair}
+    commands["`python -m reluexp device=cpu steps=1`, ending without gc.freeze()"] = [
+        sys.executable,
+        "-c",
+        WITHOUT_FREEZE,
+        "device=cpu",
+        "steps=1",
+    ]
+    if args.compare:
+        for steps in WHOLE_PROCESS_STEPS:
+            commands[f"`python -m reluexp device=cpu steps={steps}`, {args.compare}"] = [
+                args.compare,
+                "-m",
+                "reluexp",
+                "device=cpu",
+                f"steps={steps}",
+            ]
     whole = alternate(
-        {name: lambda argv=argv: process(sys.executable, *argv) for name, argv in commands.items()},
+        {name: lambda command=command: process(*command) for name, command in commands.items()},
         args.processes,
     )
 
@@ -159,10 +204,12 @@ def main() -> None:
     ]
     for (article_name, _), (reluexp_name, _) in pairs.values():
         article = statistics.median(whole[article_name])
-        for name in (article_name, reluexp_name):
+        related = [name for name in whole if name.startswith(f"`{reluexp_name}`,")]
+        for name in (article_name, reluexp_name, *related):
             median = statistics.median(whole[name])
             lines.append(
-                f"| `{name}` | {summarize(whole[name])} | {median / article:.3f} "
+                f"| {name if name in related else f'`{name}`'} | {summarize(whole[name])} "
+                f"| {median / article:.3f} "
                 f"| {median - article:+.2f} |"
             )
     lines += [

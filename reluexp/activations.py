@@ -7,7 +7,7 @@ import inspect
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,23 @@ from reluexp.config import ConfigError
 Activation = Callable[[torch.Tensor], torch.Tensor]
 
 
-def refuse_modules_under(module_name: str, key: str, refused: Sequence[Path]) -> None:
-    """Refuse, before running any of it, a module (or a package above it) that lives in one
-    of the refused directories. find_spec locates without executing; each package above was
-    checked before find_spec of its child imports it."""
+def data_location(place: Path, run_dir: Path) -> bool:
+    """A place whose code a run never imports, being data: inside its run directory or an
+    `outputs` tree, or a module or package directly in a directory above the run directory
+    (a run directory is pasted, copied and shared), unless that is the current directory."""
+    run_dir, cwd = run_dir.resolve(), Path.cwd().resolve()
+    data_dirs = [run_dir, *(p for p in run_dir.parents if p.name == "outputs"), cwd / "outputs"]
+    if any(place.is_relative_to(directory) for directory in data_dirs):
+        return True
+    return place.parent in run_dir.parents and place.parent != cwd
+
+
+def refuse_modules_under(module_name: str, key: str, run_dir: Path | None) -> None:
+    """Refuse, before running any of it, a module (or a package above it) that lives where a
+    run's data does (data_location). find_spec locates without executing; each package above
+    was checked before find_spec of its child imports it."""
+    if run_dir is None:
+        return
     parts = module_name.split(".")
     for end in range(1, len(parts) + 1):
         try:
@@ -34,10 +47,10 @@ def refuse_modules_under(module_name: str, key: str, refused: Sequence[Path]) ->
         locations = [spec.origin, *(spec.submodule_search_locations or [])]
         for location in filter(None, locations):
             place = Path(location).resolve()
-            if any(place.is_relative_to(directory) for directory in refused):
+            if data_location(place, run_dir):
                 raise ConfigError(
-                    f"{key}: {module_name!r} is inside {place.parent}: code in a run directory "
-                    "or the outputs tree is never imported"
+                    f"{key}: {module_name!r} is in {place.parent}: code in or beside a run "
+                    "directory, or in an outputs tree, is never imported"
                 )
 
 
@@ -53,18 +66,17 @@ def raised_at(error: BaseException) -> str:
     return f"raised {type(error).__name__}: {message} ({where})"
 
 
-def import_object(
-    path: str, key: str = "activation.target", refused: Sequence[Path] = ()
-) -> object:
+def import_object(path: str, key: str = "activation.target", run_dir: Path | None = None) -> object:
     """Import `pkg.module.attr.subattr` by its longest importable module prefix, never from
-    the refused directories; what goes wrong is a ConfigError naming `key=path`."""
+    where run_dir's data lives (data_location); what goes wrong is a ConfigError naming
+    `key=path`."""
     # The console script, unlike `python -m`, does not put the current directory on the path.
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
     parts = path.split(".")
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
-        refuse_modules_under(module_name, key, refused)
+        refuse_modules_under(module_name, key, run_dir)
         try:
             obj = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
@@ -160,11 +172,36 @@ def changes_its_input(fn: Activation) -> bool:
     return not torch.equal(x, before)
 
 
+def chosen_by_the_user(obj: object) -> bool:
+    """What a resumed run (its config read from a directory, not typed by the user) may run: a
+    Function or Module class, one of torch's own activations, or a function from a module in
+    the current directory."""
+    if is_function(obj) or is_module(obj):
+        return True
+    module = inspect.getmodule(obj)
+    if module is None:
+        return False
+    if module.__name__ in ("torch", "torch.nn.functional"):
+        return True
+    origin = getattr(module, "__file__", None)
+    return origin is not None and Path(origin).resolve().is_relative_to(Path.cwd().resolve())
+
+
 def resolve_activation(
-    path: str, params: dict[str, Any] | None = None, refused: Sequence[Path] = ()
+    path: str,
+    params: dict[str, Any] | None = None,
+    run_dir: Path | None = None,
+    resumed: bool = False,
 ) -> Activation:
-    """The callable a run trains with; one whose forward writes into its input is refused."""
-    activation = as_activation(import_object(path, refused=refused), params or {}, path)
+    """The callable a run trains with; one whose forward writes into its input is refused. A
+    resumed run's target is what its directory says: only what chosen_by_the_user allows."""
+    obj = import_object(path, run_dir=run_dir)
+    if resumed and not chosen_by_the_user(obj):
+        raise ConfigError(
+            f"activation.target={path}: a resumed run runs only a Function or Module class, "
+            "torch's activations, or a function from a module in the current directory"
+        )
+    activation = as_activation(obj, params or {}, path)
     if changes_its_input(activation):
         raise ConfigError(
             f"activation.target={path}: its forward changes its input in place; autograd and "

@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
 
 from reluexp import tags, train
 from reluexp._compat import import_dynamo_outside_vmap
@@ -40,7 +38,7 @@ from reluexp.activations import (
 from reluexp.checkpoint import load_checkpoint
 from reluexp.config import Config, ConfigError, Dtype, config_dict, validate
 from reluexp.events import read_scalars, write_loss_difference
-from reluexp.hydra_glue import compose_config, one_line, task_config
+from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line, task_config
 from reluexp.summary import write_json_atomic
 
 # Verdicts, worst first. The first two exit 1.
@@ -1260,7 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
         config, check_dir = task_config(cfg), Path(cfg.hydra.run.dir)
         check_dir.mkdir(parents=True, exist_ok=True)
         return check(config, check_dir, Options(args.compile, args.large))
-    except (ConfigError, HydraException, OmegaConfBaseException) as error:
+    except (ConfigError, *COMPOSITION_ERRORS) as error:
         print(f"reluexp.check: error: {one_line(error)}", file=sys.stderr)
         return 2
 

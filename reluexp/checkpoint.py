@@ -1,8 +1,10 @@
 """Checkpoints, written atomically, verified against their archive's CRC32s, and loaded with
 weights_only=True so nothing in them runs."""
 
+import io
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,12 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
     """
     path = run_dir / CHECKPOINT_NAME
     tmp = path.with_name(f".{path.name}.tmp")
+    # Serialized in memory, then written: a full disk is the OSError it is (torch.save to a
+    # file reports it as `unexpected pos N vs M`).
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
     try:
-        torch.save(payload, tmp)
+        tmp.write_bytes(buffer.getbuffer())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)  # a failed save (a full disk) leaves the old checkpoint
@@ -49,9 +55,11 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        reason = str(error).strip().splitlines()[0]
+        # torch's message suggests loading with weights_only=False: that is the unsafe path.
+        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+        holds = f"it names code ({found.group(1)})" if found else "it is not plain data"
         raise ConfigError(
-            f"resume={run_dir}: {CHECKPOINT_NAME} refused, not plain data ({reason})"
+            f"resume={run_dir}: {CHECKPOINT_NAME} refused: {holds}; nothing in it ran"
         ) from None
     except Exception as error:  # torch raises RuntimeError, EOFError, ... for damaged files
         raise ConfigError(

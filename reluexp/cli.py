@@ -16,17 +16,15 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn
-from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from reluexp import train
 from reluexp.activations import resolve_activation
 from reluexp.config import Config, ConfigError, validate
 from reluexp.device import check_memory, resolve_device
-from reluexp.hydra_glue import CONFIG_PATH, one_line, task_config
+from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_config
 from reluexp.process import slurm_job_id
 from reluexp.slurm import check_slurm_resources
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
@@ -35,7 +33,7 @@ from reluexp.workers import in_worker_processes, stop_workers_on_signals
 
 log = logging.getLogger("reluexp")
 # A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
-traceback_log = logging.getLogger("reluexp.traceback")
+file_log = logging.getLogger("reluexp.logfile")
 
 
 def exit_with(error: ConfigError) -> None:
@@ -78,7 +76,7 @@ def start_up_checks() -> Iterator[None]:
         yield
     except ConfigError as error:
         exit_with(error)
-    except (HydraException, OmegaConfBaseException) as error:
+    except COMPOSITION_ERRORS as error:
         exit_with(ConfigError(one_line(error)))
     except OSError as error:
         where = f" {error.filename}" if error.filename else ""
@@ -136,9 +134,11 @@ class Lifecycle(Callback):
 
 
 def check_resume(config: DictConfig) -> None:
-    """The run directory to resume is one, and the command changes nothing of its config."""
+    """The run directory to resume is one, the command changes nothing of its config, and
+    there is something left to train: a run that already ended is said so, and the command
+    ends here, before Hydra writes anything into the directory."""
     try:
-        RunSummary.read(Path(config.resume))
+        summary = RunSummary.read(Path(config.resume))
     except SummaryError as error:
         raise ConfigError(f"resume={error}") from None
     # A resumed run keeps its own config; silently ignoring a changed value would mislead.
@@ -151,6 +151,13 @@ def check_resume(config: DictConfig) -> None:
         raise ConfigError(
             f"resume={config.resume}: a resumed run keeps its own config; drop {' '.join(changed)}"
         )
+    if summary.ended:
+        print(
+            f"reluexp: {config.resume} already {summary.status} after {summary.steps_done} "
+            f"steps, final loss {summary.final_loss!r}; nothing to resume",
+            file=sys.stderr,
+        )
+        sys.exit(0)
 
 
 def threads_for(hydra_config: DictConfig) -> int | None:
@@ -212,7 +219,7 @@ def app() -> None:
     logging.raiseExceptions = False
     try:
         task()
-    except (HydraException, OmegaConfBaseException) as error:
+    except COMPOSITION_ERRORS as error:
         print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
         sys.exit(2)
     except OSError as error:  # Hydra writing the run's own files (a full or read-only disk)
@@ -255,11 +262,16 @@ def run_job(config: Config, hydra_config: DictConfig) -> float:
     run_dir = Path(hydra_config.runtime.output_dir)
     overrides = list(hydra_config.overrides.task)
     single = hydra_config.mode != RunMode.MULTIRUN
+    # A parallel sweep's worker may get a stop signal twice (the terminal's process group, its
+    # sweep): it still stops at a step boundary, checkpointed.
+    worker = in_worker_processes(hydra_config)
     try:
         if config.resume is not None or requeued(run_dir):
-            final_loss = train.resume(run_dir)
+            final_loss = train.resume(run_dir, second_signal_exits=not worker)
         else:
-            final_loss = train.run(config, run_dir, overrides=overrides)
+            final_loss = train.run(
+                config, run_dir, overrides=overrides, second_signal_exits=not worker
+            )
     except train.Interrupted as interrupted:
         print(closing_line(run_dir), file=sys.stderr)
         if interrupted.signum == signal.SIGUSR2:
@@ -270,7 +282,7 @@ def run_job(config: Config, hydra_config: DictConfig) -> float:
             # A SLURM job stopped by scancel (SIGTERM) is a result of its sweep, recorded and
             # returned to the launcher, which would otherwise take it for a crash.
             return math.nan
-        if in_worker_processes(hydra_config):
+        if worker:
             # A worker stopped by its sweep ends here rather than take the next queued job; the
             # sweep's parent writes the summary once every worker has stopped.
             sys.stdout.flush()
@@ -283,7 +295,7 @@ def run_job(config: Config, hydra_config: DictConfig) -> float:
     except Exception as error:
         if single and isinstance(error, ConfigError):
             exit_with(error)
-        traceback_log.error("%s failed", run_dir, exc_info=error)
+        file_log.error("%s failed", run_dir, exc_info=error)
         summary = record_failure(run_dir, overrides, error)
         if single:
             print(closing_line(run_dir, summary), file=sys.stderr)

@@ -7,10 +7,13 @@ import re
 from datetime import datetime
 from importlib import resources
 
+import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.reluexp_launcher import launchers
 from reluexp.config import Config
@@ -82,14 +85,27 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose("config", overrides=overrides, return_hydra_config=True)
 
 
+# What composing a config raises for a user's mistake: Hydra's and OmegaConf's errors, and a
+# YAML file (theirs, on hydra.searchpath) that does not parse.
+COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, yaml.YAMLError)
+
+
 def one_line(error: BaseException) -> str:
-    """Hydra's and OmegaConf's multi-line composition errors, as one line."""
+    """A composition error (COMPOSITION_ERRORS) as one line, naming the key or the file and
+    line it is about."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
     text = str(error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
+    lines = text.splitlines() or [type(error).__name__]
+    line = lines[0]
+    if line.endswith(":") and len(lines) > 1:  # `... raised while composing config:` + what
+        line = f"{line} {lines[1].strip()}"
     # OmegaConf's errors know the key they are about; the first line does not always say it.
-    key = getattr(error, "full_key", None)
+    key = getattr(error, "full_key", None) or re.search(r"full_key: (\S+)", text)
+    key = key.group(1) if isinstance(key, re.Match) else key
     if key and f"{key}=" not in line and f"'{key}'" not in line:
-        line = f"{key}: {line}"
+        line = f"{line} ({key})" if line.startswith("In '") else f"{key}: {line}"
     cause = str(error.__cause__).strip() if error.__cause__ is not None else ""
     if cause:
         line = f"{line.rstrip('.')}: {cause.splitlines()[0]}"

@@ -68,17 +68,19 @@ def stop_signals() -> tuple[int, ...]:
 
 class StopSignals:
     """While active, stop_signals() ask the loop to stop at the next step; a second one exits
-    now. Every file is written by rename, so exiting at once cannot leave a half-written one.
-    """
+    now (every file is written by rename, so exiting at once cannot leave a half-written one),
+    unless `second_exits` is off: a parallel sweep's worker gets a Ctrl-C twice, from the
+    terminal's process group and from its sweep, and still stops at the step boundary."""
 
-    def __init__(self) -> None:
+    def __init__(self, second_exits: bool = True) -> None:
         self.signum: int | None = None
+        self.second_exits = second_exits
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.signum is not None:
+        if self.signum is not None and self.second_exits:
             os._exit(128 + signum)
-        self.signum = signum
+        self.signum = self.signum or signum
 
     def __enter__(self) -> "StopSignals":
         # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
@@ -93,7 +95,9 @@ class StopSignals:
 
 
 @contextmanager
-def job_environment(device: torch.device, threads: int | None) -> Iterator[StopSignals]:
+def job_environment(
+    device: torch.device, threads: int | None, second_signal_exits: bool = True
+) -> Iterator[StopSignals]:
     """Set what a job changes process-wide (torch threads, malloc, signal handlers, RNG state)
     and put all of it back when the job ends, whatever ran before it in the same process."""
     saved_threads = torch.get_num_threads()
@@ -103,7 +107,7 @@ def job_environment(device: torch.device, threads: int | None) -> Iterator[StopS
         if threads is not None:
             torch.set_num_threads(threads)
         malloc = keep_freed_memory() if device.type == "cpu" else nullcontext()
-        with malloc, StopSignals() as stop:
+        with malloc, StopSignals(second_signal_exits) as stop:
             yield stop
     finally:
         torch.set_num_threads(saved_threads)

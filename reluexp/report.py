@@ -66,21 +66,20 @@ class Group:
 
 
 def read_job(run_dir: Path) -> Job:
-    """A job directory as a Job; what cannot be read is `unreadable` with the reason."""
-    overrides_yaml = run_dir / ".hydra" / "overrides.yaml"
-    overrides: list[str] = []
-    try:
-        if overrides_yaml.exists():
-            overrides = [str(o) for o in OmegaConf.load(overrides_yaml)]
-    except Exception as error:  # binary garbage, wrong YAML: this job only
-        reason = f".hydra/overrides.yaml: {type(error).__name__}"
-        return Job(run_dir, RunSummary(status=UNREADABLE, error=reason))
+    """A job directory as a Job: its summary.json; without one, the overrides Hydra saved for
+    it. What cannot be read is `unreadable` with the reason."""
     if (run_dir / SUMMARY_NAME).is_file():
         try:
             return Job(run_dir, RunSummary.read(run_dir))
         except SummaryError as error:
-            summary = RunSummary(status=UNREADABLE, overrides=overrides, error=str(error))
-            return Job(run_dir, summary)
+            return Job(run_dir, RunSummary(status=UNREADABLE, error=str(error)))
+    try:
+        overrides = [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
+    except FileNotFoundError:
+        overrides = []
+    except Exception as error:  # binary garbage, wrong YAML: this job only
+        reason = f".hydra/overrides.yaml: {type(error).__name__}"
+        return Job(run_dir, RunSummary(status=UNREADABLE, error=reason))
     if (run_dir / CHECKPOINT_NAME).is_file() or any(run_dir.glob("events.out.tfevents.*")):
         reason = f"no {SUMMARY_NAME}, but it trained (events or checkpoint present)"
         return Job(run_dir, RunSummary(status=UNREADABLE, overrides=overrides, error=reason))
@@ -89,17 +88,31 @@ def read_job(run_dir: Path) -> Job:
 
 def planned_jobs(sweep_dir: Path) -> list[list[str]] | int | None:
     """The overrides of every job, in job order, as Hydra's basic sweeper makes them; for a
-    sweeper that chooses as it goes (Optuna), only how many; None without multirun.yaml."""
-    multirun_yaml = sweep_dir / "multirun.yaml"
-    if not multirun_yaml.is_file():
+    sweeper that chooses as it goes (Optuna), only how many; None without a readable
+    multirun.yaml (plan_problem says why)."""
+    try:
+        hydra_config = OmegaConf.load(sweep_dir / "multirun.yaml").hydra
+        if "n_trials" in hydra_config.sweeper:
+            return int(hydra_config.sweeper.n_trials)
+        # The preset's params, then the command line: BasicSweeper's own order and merge.
+        params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
+        task = list(hydra_config.overrides.task)
+        return grid(OverridesParser.create().parse_overrides(params + task))
+    except Exception:  # missing, or not what Hydra writes: plan_problem says which
         return None
-    hydra_config = OmegaConf.load(multirun_yaml).hydra
-    if "n_trials" in hydra_config.sweeper:
-        return int(hydra_config.sweeper.n_trials)
-    # The preset's params, then the command line: BasicSweeper's own order and merge.
-    params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
-    overrides = OverridesParser.create().parse_overrides(params + list(hydra_config.overrides.task))
-    return grid(overrides)
+
+
+def plan_problem(sweep_dir: Path) -> str | None:
+    """Why the sweep's plan cannot be read, or None when it can."""
+    try:
+        if planned_jobs(sweep_dir) is not None:
+            return None
+        OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides.task  # noqa: B018
+    except FileNotFoundError:
+        return "no multirun.yaml"
+    except Exception as error:
+        return f"multirun.yaml is unreadable ({type(error).__name__})"
+    return "multirun.yaml does not say the sweep's jobs"
 
 
 def grid(overrides: list[Override]) -> list[list[str]]:
@@ -122,27 +135,27 @@ def job_number(run_dir: Path) -> tuple[int, str]:
 
 
 def find_jobs(sweep_dir: Path) -> list[Job]:
-    """Every job of the sweep in job order: its directory's state, or `not started`."""
+    """Every job of the sweep in job order: its directory's state, or `not started`. A job's
+    directory is found by its number (`003_...` is the fourth job), whatever it holds."""
     dirs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()), key=job_number)
-    found = [read_job(run_dir) for run_dir in dirs]
+    found = [(job_number(run_dir)[0], read_job(run_dir)) for run_dir in dirs]
+    by_number = {number: job for number, job in found if number != math.inf}
+    unnumbered = [job for number, job in found if number == math.inf]
     planned = planned_jobs(sweep_dir)
-    if isinstance(planned, int):
-        missing = max(planned - len(found), 0)
-        never = [f"(trial {len(found) + i})" for i in range(missing)]
-        return found + [Job(None, RunSummary(status="not started", overrides=[o])) for o in never]
     if planned is None:
-        return found
-    unmatched = list(found)
+        return [job for _, job in found]
+    if isinstance(planned, int):
+        planned = [[f"(trial {number})"] for number in range(planned)]
     jobs = []
-    for overrides in planned:
-        job = next((job for job in unmatched if job.summary.overrides == overrides), None)
-        if job is None:
-            job = Job(None, RunSummary(status="not started", overrides=overrides))
-        else:
-            unmatched.remove(job)
+    for number, overrides in enumerate(planned):
+        job = by_number.pop(number, None) or Job(
+            None, RunSummary(status="not started", overrides=overrides)
+        )
+        if not job.summary.overrides:  # unreadable: the plan still says what it was
+            job.summary.overrides = overrides
         jobs.append(job)
-    # Directories the plan does not name (a damaged overrides.yaml) are listed all the same.
-    return jobs + unmatched
+    # Directories the plan does not number are listed all the same.
+    return jobs + list(by_number.values()) + unnumbered
 
 
 def reference_job(job: Job, jobs: list[Job]) -> Job | None:
@@ -394,11 +407,13 @@ def write_report(sweep_dir: Path) -> list[Job]:
     (sweep_dir / "summary.csv").write_text(buffer.getvalue())
     statuses = Counter(job.summary.status for job in jobs)
     completed = statuses["completed"]
+    problem = plan_problem(sweep_dir)
     header = (
         f"# Sweep {sweep_dir.name}\n\n{len(jobs)} jobs: "
         + ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))
         + f". Losses aggregate the {completed} completed runs"
         + (f" ({len(jobs) - completed} left out)." if completed < len(jobs) else ".")
+        + (f" {problem[0].upper()}{problem[1:]}: the jobs are those found." if problem else "")
     )
     (sweep_dir / "summary.md").write_text(f"{header}\n\n{markdown(rows)}")
     write_group_runs(sweep_dir, groups)

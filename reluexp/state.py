@@ -12,7 +12,7 @@ from torch import nn
 
 from reluexp.activations import Activation
 from reluexp.checkpoint import save_checkpoint
-from reluexp.config import Config, Dtype, Init, config_dict, layer_sizes
+from reluexp.config import Config, ConfigError, Dtype, Init, config_dict, layer_sizes
 from reluexp.data import make_data
 from reluexp.model import init_weights
 from reluexp.update import make_optimizer
@@ -99,3 +99,47 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
             "wall_time_s": state.wall_time_s,
         },
     )
+
+
+def check_checkpoint(checkpoint: dict[str, Any], config: Config, where: str) -> None:
+    """Every field of a checkpoint (bytes already verified) makes sense for its config before
+    anything trains from it; otherwise one line naming the field."""
+
+    def refuse(field: str, why: str) -> None:
+        raise ConfigError(f"{where}: checkpoint.pt's {field} {why}")
+
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    step = checkpoint.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= config.steps:
+        refuse("step", f"is {step!r}: must be a whole number from 0 to {config.steps}")
+    for field in ("min_loss", "final_loss"):
+        if not number(checkpoint.get(field)):
+            refuse(field, f"is {checkpoint.get(field)!r}: must be a number")
+    zeros = checkpoint.get("steps_with_exact_zeros", 0)
+    if not isinstance(zeros, int) or isinstance(zeros, bool) or not 0 <= zeros <= step:
+        refuse("steps_with_exact_zeros", f"is {zeros!r}: must be a whole number from 0 to {step}")
+    wall_time = checkpoint.get("wall_time_s")
+    if not number(wall_time) or not math.isfinite(wall_time) or wall_time < 0:
+        refuse("wall_time_s", f"is {wall_time!r}: must be a finite number >= 0")
+    weights = checkpoint.get("weights")
+    sizes = layer_sizes(config)
+    expected = list(zip(sizes, sizes[1:]))
+    if not isinstance(weights, list) or not all(
+        isinstance(w, torch.Tensor) and w.is_floating_point() for w in weights
+    ):
+        refuse("weights", "are not a list of floating-point tensors")
+    shapes = [tuple(w.shape) for w in weights]
+    if shapes != expected:
+        refuse("weights", f"have the shapes {shapes}; the config's layers are {expected}")
+    activation = checkpoint.get("activation", {})
+    if not isinstance(activation, dict) or not all(
+        isinstance(p, torch.Tensor) for p in activation.values()
+    ):
+        refuse("activation", "is not a dict of tensors")
+    rng = checkpoint.get("rng_cpu")
+    if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8:
+        refuse("rng_cpu", "is not a torch RNG state (a uint8 tensor)")
+    if not isinstance(checkpoint.get("optimizer", {}), dict):
+        refuse("optimizer", "is not an optimizer state")

@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import reluexp
 
@@ -28,6 +29,23 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """value has the type a RunSummary field declares (a JSON number may be an int)."""
+    if get_origin(hint) in (Union, UnionType):
+        return any(fits(value, option) for option in get_args(hint))
+    if hint is type(None):
+        return value is None
+    if get_origin(hint) is list:
+        (item,) = get_args(hint)
+        return isinstance(value, list) and all(fits(v, item) for v in value)
+    if get_origin(hint) is dict:
+        return isinstance(value, dict)
+    if hint in (int, float):
+        numbers = (int, float) if hint is float else (int,)
+        return isinstance(value, numbers) and not isinstance(value, bool)
+    return isinstance(value, hint)
 
 
 class SummaryError(ValueError):
@@ -77,9 +95,13 @@ class RunSummary:
             raise SummaryError(f"{run_dir}: not a run directory (no {SUMMARY_NAME})") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise SummaryError(f"{path}: unreadable ({error})") from None
-        known = {f.name for f in fields(cls)}
         if not isinstance(values, dict) or "status" not in values:
             raise SummaryError(f"{path}: not a reluexp summary")
+        hints = get_type_hints(cls)
+        known = {f.name for f in fields(cls)}
+        for key, value in values.items():
+            if key in known and not fits(value, hints[key]):
+                raise SummaryError(f"{path}: {key} is {value!r}, not a {hints[key]}")
         return cls(**{k: v for k, v in values.items() if k in known})
 
     @property

@@ -25,23 +25,24 @@ from reluexp.config import (
     config_dict,
     config_from_dict,
     hidden_sizes,
-    layer_sizes,
     validate,
 )
 from reluexp.device import check_memory, resolve_device
 from reluexp.events import EventWriter
-from reluexp.lock import hold_run
-from reluexp.metrics import MetricStream
+from reluexp.metrics import MetricRows, MetricStream
 from reluexp.model import forward
 from reluexp.process import StopSignals, job_environment, slurm_job_id
 from reluexp.progress import Progress
-from reluexp.state import RunState, build_state, save_state
+from reluexp.rundir import DiskReserve, hold_run
+from reluexp.state import RunState, build_state, check_checkpoint, save_state
 from reluexp.summary import RunSummary, SummaryError
 from reluexp.update import WeightUpdate
 
 log = logging.getLogger("reluexp")
 # The article's `step loss` lines: the only lines on stdout (conf/config.yaml).
 loss_log = logging.getLogger("reluexp.losses")
+# Lines for the run's reluexp.log only (conf/config.yaml): the closing line says them on stderr.
+file_log = logging.getLogger("reluexp.logfile")
 
 
 class Interrupted(Exception):
@@ -94,10 +95,16 @@ class Recorder:
         return self.diverged_at is not None and self.config.stop_on_divergence
 
     def flush(self) -> None:
+        """The rows recorded on the device so far: into the run's state, then its events."""
+        self.write(self.collect())
+
+    def collect(self) -> MetricRows:
+        """The recorded rows, on the host: the run's min and final loss, divergence, warnings
+        and the article's loss lines follow from them; nothing is written to disk yet."""
         block = self.stream.flush()
         rows = block.rows
         if not rows:
-            return
+            return block
         for i, (step, row) in enumerate(zip(block.steps, rows)):
             self.watch(step, row, block.live_units[i])
             if math.isfinite(row[0]):
@@ -119,8 +126,12 @@ class Recorder:
                 # The article's line (step, repr of the loss), from the flushed value: no .item().
                 loss_log.info("%d %r", step, row[0])
         self.state.final_loss = rows[-1][0]
-        log.debug("flushed %d metric rows up to step %d", len(rows), block.steps[-1])
-        self.events.scalars(self.tags, block.steps, block.times, rows)
+        return block
+
+    def write(self, block: MetricRows) -> None:
+        if block.rows:
+            log.debug("flushed %d metric rows up to step %d", len(block.rows), block.steps[-1])
+            self.events.scalars(self.tags, block.steps, block.times, block.rows)
 
 
 def log10(value: float) -> float:
@@ -157,6 +168,7 @@ class Training:
     recorder: Recorder
     stop: StopSignals
     progress: Progress
+    reserve: DiskReserve
 
 
 def train_loop(training: Training) -> None:
@@ -211,8 +223,16 @@ def hparams(config: Config, device: torch.device) -> dict[str, Any]:
     }
 
 
-def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
-    """Train the configured model, stream its metrics into run_dir; return the final loss."""
+def run(
+    config: Config,
+    run_dir: Path,
+    overrides: Sequence[str] = (),
+    *,
+    second_signal_exits: bool = True,
+) -> float:
+    """Train the configured model, stream its metrics into run_dir; return the final loss. A
+    stop signal ends it at a step boundary; a second one at once, unless second_signal_exits
+    is off (process.StopSignals)."""
     validate(config)
     summary = RunSummary(
         started_at=summaries.now(),
@@ -220,10 +240,10 @@ def run(config: Config, run_dir: Path, overrides: Sequence[str] = ()) -> float:
         overrides=list(overrides),
         config=config_dict(config),
     )
-    return _run(config, run_dir, summary, checkpoint=None)
+    return _run(config, run_dir, summary, None, second_signal_exits)
 
 
-def resume(run_dir: Path) -> float:
+def resume(run_dir: Path, *, second_signal_exits: bool = True) -> float:
     """Continue an interrupted run in its own directory, from its checkpoint, with its config."""
     try:
         summary = RunSummary.read(run_dir)
@@ -251,31 +271,31 @@ def resume(run_dir: Path) -> float:
     log.info(
         "resuming %s: importing activation.target=%s%s", run_dir, config.activation.target, params
     )
-    sizes = layer_sizes(config)
-    shapes = [tuple(w.shape) for w in checkpoint["weights"]]
-    if shapes != list(zip(sizes, sizes[1:])):
-        raise ConfigError(f"resume={run_dir}: checkpoint weights {shapes} do not fit the config")
-    return _run(config, run_dir, summary, checkpoint)
-
-
-def run_files(run_dir: Path) -> list[Path]:
-    """Where runs keep their files: data, never code to import (a resumed run's stored
-    activation.target could otherwise name a module placed there)."""
-    run_dir = run_dir.resolve()
-    outputs = [p for p in run_dir.parents if p.name == "outputs"]
-    return [run_dir, *outputs, (Path.cwd() / "outputs").resolve()]
+    check_checkpoint(checkpoint, config, f"resume={run_dir}")
+    return _run(config, run_dir, summary, checkpoint, second_signal_exits)
 
 
 def _run(
-    config: Config, run_dir: Path, summary: RunSummary, checkpoint: dict[str, Any] | None
+    config: Config,
+    run_dir: Path,
+    summary: RunSummary,
+    checkpoint: dict[str, Any] | None,
+    second_signal_exits: bool,
 ) -> float:
     device = resolve_device(config.device)
     check_memory(config, device)
     activation = resolve_activation(
-        config.activation.target, config.activation.params, refused=run_files(run_dir)
+        config.activation.target,
+        config.activation.params,
+        run_dir=run_dir,
+        resumed=checkpoint is not None,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
-    with hold_run(run_dir), job_environment(device, config.threads) as stop:
+    with (
+        hold_run(run_dir),
+        DiskReserve(run_dir) as reserve,
+        job_environment(device, config.threads, second_signal_exits) as stop,
+    ):
         x, y, state = build_state(config, device, checkpoint, activation)
         start_step = state.step
         summaries.record_start(
@@ -304,6 +324,7 @@ def _run(
             recorder,
             stop,
             progress,
+            reserve,
         )
         try:
             train_loop(training)
@@ -321,8 +342,7 @@ def _run(
         except Interrupted:
             raise
         except Exception as error:
-            summary.error = f"{type(error).__name__}: {error}"
-            finish(training, summary, start_step, "failed")
+            record_failure(training, summary, start_step, error)
             raise
         finally:
             progress.close()
@@ -334,9 +354,22 @@ def _run(
     return state.final_loss
 
 
+def record_failure(
+    training: Training, summary: RunSummary, start_step: int, error: Exception
+) -> None:
+    """A failed run keeps its evidence: the steps recorded up to the failure reach its summary
+    and, as far as the disk allows, its events."""
+    summary.error = f"{type(error).__name__}: {error}"
+    finish(training, summary, start_step, "failed")
+
+
 def finish(training: Training, summary: RunSummary, start_step: int, status: str) -> None:
-    """Record the run's outcome in summary.json and close its event file."""
+    """Record the run's outcome in summary.json, write the steps still waiting, close the event
+    file. The disk reserve is released first: on a disk that filled up, the summary and the
+    log's line fit, and the events come last, as far as they fit."""
+    training.reserve.release()
     state, recorder = training.state, training.recorder
+    unwritten = recorder.collect()
     segment_time = time.perf_counter() - state.segment_start
     # Steps this process ran, past a divergence too (until a flush saw it).
     executed_steps = state.step - start_step
@@ -350,6 +383,14 @@ def finish(training: Training, summary: RunSummary, start_step: int, status: str
         wall_time_s=state.wall_time_s,
         steps_per_s=executed_steps / segment_time if segment_time > 0 else None,
     )
+    if status == "failed":  # the run's log (only): before the events can fill the disk again
+        file_log.error("failed after step %d: %s", state.step - 1, summary.error)
+    try:
+        recorder.write(unwritten)
+    except OSError as error:
+        if status != "failed":
+            raise
+        log.error("%s: the last steps' events did not fit (%s)", training.run_dir, error.strerror)
     try:
         recorder.events.close()
     except OSError as error:

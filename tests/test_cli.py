@@ -182,7 +182,7 @@ def test_console_script_is_the_module(tmp_path):
     ).stdout
     module_help = run_cli("--help", cwd=tmp_path).stdout
     assert help_text == module_help
-    assert "activation: builtin_leaky_relu, builtin_silu, custom, leaky_relu" in help_text
+    assert "activation: builtin_leaky_relu, builtin_prelu, builtin_silu, custom" in help_text
     assert "experiment: custom_vs_builtin, lr_search, lr_sweep, width_depth" in help_text
 
 

@@ -10,18 +10,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 
-from reluexp import report, train
+from reluexp import check, report, train
 from reluexp.checkpoint import CHECKPOINT_NAME
 from reluexp.cli import hydra_quoted_resume
 from reluexp.config import Config, ConfigError
 from reluexp.events import read_scalars
-from reluexp.lock import hold_run
-from tests.helpers import run_cli
+from reluexp.rundir import hold_run
+from tests.helpers import REPO_ROOT, run_cli
 from tests.test_reliability import SMALL, STEPS, interrupted_run, small_config, summary
 
 LOSS_LINE = re.compile(r"\d+ -?[0-9.e+-]+|\d+ (nan|inf)")
@@ -31,13 +32,15 @@ def only_loss_lines(stdout: str) -> bool:
     return all(LOSS_LINE.fullmatch(line) for line in stdout.splitlines())
 
 
-def start(*args: str, cwd: Path) -> subprocess.Popen:
+def start(*args: str, cwd: Path, own_group: bool = False) -> subprocess.Popen:
+    """`python -m reluexp ARGS`; in a process group of its own, as a terminal starts it."""
     return subprocess.Popen(
         [sys.executable, "-m", "reluexp", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=own_group,
     )
 
 
@@ -228,10 +231,22 @@ def descendants(pid: int) -> set[int]:
 
 
 @pytest.mark.slow
-def test_sigterm_to_a_joblib_sweep_stops_its_workers_and_writes_the_summary(tmp_path):
+@pytest.mark.parametrize(
+    ("signals", "code"),
+    [
+        ([("parent", signal.SIGTERM)], 143),
+        # Ctrl-C in a terminal: the whole process group; each worker gets it twice (from the
+        # terminal and from its sweep). `kill -TERM -- -PGID`, and a second Ctrl-C, alike.
+        ([("group", signal.SIGINT)], 130),
+        ([("group", signal.SIGTERM)], 143),
+        ([("group", signal.SIGINT), ("group", signal.SIGINT)], 130),
+    ],
+    ids=["parent", "group SIGINT", "group SIGTERM", "group SIGINT twice"],
+)
+def test_a_signal_to_a_joblib_sweep_stops_every_job_resumably(tmp_path, signals, code):
     joblib = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    args = ["-m", *joblib, "seed=1,2,3,4", f"steps={STEPS * 10}", "checkpoint_every=200", *SMALL]
-    process = start(*args, cwd=tmp_path)
+    args = ["-m", *joblib, "seed=range(0,40)", f"steps={STEPS * 10}", "checkpoint_every=200"]
+    process = start(*args, *SMALL, cwd=tmp_path, own_group=True)
     multirun = tmp_path / "outputs" / "multirun"
     deadline = time.monotonic() + 120
     while len(list(multirun.glob(f"*/*/{CHECKPOINT_NAME}"))) < 2:
@@ -239,16 +254,51 @@ def test_sigterm_to_a_joblib_sweep_stops_its_workers_and_writes_the_summary(tmp_
         time.sleep(0.05)
     workers = descendants(process.pid)
     assert workers
-    process.send_signal(signal.SIGTERM)
+    for target, signum in signals:
+        if target == "group":
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        time.sleep(0.05)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 143
+    assert process.returncode == code
     deadline = time.monotonic() + 30
     while any(Path(f"/proc/{pid}").exists() for pid in workers):
         assert time.monotonic() < deadline, "workers outlived their sweep"
         time.sleep(0.1)
     (sweep_dir,) = multirun.iterdir()
-    assert "4 jobs: interrupted: 2, not started: 2" in (sweep_dir / "summary.md").read_text()
+    jobs = report.find_jobs(sweep_dir)
+    statuses = Counter(job.summary.status for job in jobs)
+    # Every job listed; the two that ran are interrupted, checkpointed, and resume as pasted.
+    assert len(jobs) == 40 and statuses["interrupted"] == 2, statuses
+    assert statuses["interrupted"] + statuses["not started"] == 40
+    assert "40 jobs: interrupted: 2, not started: 38" in (sweep_dir / "summary.md").read_text()
+    interrupted = [job.run_dir for job in jobs if job.summary.status == "interrupted"]
+    assert all((run_dir / CHECKPOINT_NAME).is_file() for run_dir in interrupted)
     assert stderr.count("reluexp: interrupted after") == 2
+    resumed = run_cli(
+        f"resume={interrupted[0]}", "hydra.job_logging.root.level=ERROR", cwd=tmp_path
+    )
+    assert "completed after" in resumed.stderr
+
+
+def test_a_failing_run_keeps_every_step_it_recorded(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "activation=custom",
+        "activation.target=tests.helpers.RaisesAtStep50",
+        "steps=100",
+        f"hydra.run.dir={run_dir}",
+        *SMALL,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert result.returncode == 1
+    state = summary(run_dir)
+    assert state["status"] == "failed" and state["steps_done"] == 50
+    assert state["error"] == "RuntimeError: planted failure at step 50"
+    # The steps before the failure were still on the device: they reach the events.
+    assert list(read_scalars(run_dir, ["loss/train"])["loss/train"]) == list(range(50))
 
 
 def test_a_job_that_trained_but_lost_its_summary_is_not_not_started(tmp_path):
@@ -284,6 +334,7 @@ def test_report_lists_unreadable_jobs_and_reports_the_others(tmp_path, capsys):
     jobs = {f"seed={seed}": small_config(steps=3, seed=seed) for seed in (1, 2, 3)}
     fake_sweep(tmp_path, jobs)
     (tmp_path / "000_seed=1" / "summary.json").write_text("{not json")
+    (tmp_path / "001_seed=2" / "summary.json").unlink()
     (tmp_path / "001_seed=2" / ".hydra" / "overrides.yaml").write_bytes(bytes(range(256)) * 4)
     assert report.main([str(tmp_path)]) == 0
     found = report.find_jobs(tmp_path)
@@ -298,6 +349,43 @@ def test_report_lists_unreadable_jobs_and_reports_the_others(tmp_path, capsys):
     assert (
         err == f"reluexp.report: error: {tmp_path / 'summary.csv'}: cannot write (Is a directory)"
     )
+
+
+def four_job_sweep(sweep_dir: Path) -> None:
+    """A finished sweep of seed=1,2,3,4 as Hydra leaves it, multirun.yaml included."""
+    fake_sweep(
+        sweep_dir, {f"seed={seed}": small_config(steps=3, seed=seed) for seed in range(1, 5)}
+    )
+    (sweep_dir / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    params: null\n  overrides:\n    task:\n    - seed=1,2,3,4\n"
+    )
+
+
+def test_the_report_counts_the_sweeps_jobs_whatever_one_of_them_holds(tmp_path):
+    four_job_sweep(tmp_path)
+    # A valid summary with a damaged overrides.yaml beside it is a valid job, not a phantom.
+    (tmp_path / "000_seed=1" / ".hydra" / "overrides.yaml").write_bytes(bytes(range(256)))
+    # Fields of the wrong type make the job unreadable (not a group called `a i l n o s t t`).
+    damaged = json.loads((tmp_path / "001_seed=2" / "summary.json").read_text())
+    damaged["overrides"] = "notalist"
+    (tmp_path / "001_seed=2" / "summary.json").write_text(json.dumps(damaged))
+    report.write_report(tmp_path)
+    header = (tmp_path / "summary.md").read_text().splitlines()[2]
+    assert header.startswith("4 jobs: completed: 3, unreadable: 1.")
+    (unreadable,) = [j for j in report.find_jobs(tmp_path) if j.summary.status == "unreadable"]
+    assert unreadable.summary.overrides == ["seed=2"]
+    assert "overrides is 'notalist', not a list[str]" in unreadable.summary.error
+    rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
+    assert [row["group"] for row in rows] == ["(defaults)"] and rows[0]["jobs"] == "4"
+
+
+def test_a_garbage_multirun_yaml_is_said_and_the_jobs_are_reported(tmp_path, capsys):
+    four_job_sweep(tmp_path)
+    (tmp_path / "multirun.yaml").write_bytes(b"hydra: [\x00\x01 {{ garbage")
+    assert report.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "4 jobs: completed: 4." in out
+    assert "Multirun.yaml is unreadable (" in out and "the jobs are those found" in out
 
 
 # 7. One process trains in a run directory at a time.
@@ -343,9 +431,27 @@ def test_a_full_disk_mid_run_is_one_line_and_a_failed_run(tmp_path, small_disk):
     closing = result.stderr.strip().splitlines()[-1]
     assert "No space left on device" in closing and "Run dir: disk/run " in closing
     assert not list(run_dir.glob(".*.tmp"))
+    # The disk reserve kept room for the outcome: failed, at its step, with the reason.
     state = summary(run_dir)
-    assert state["status"] in ("failed", "running")  # failed, unless not even that fitted
+    assert state["status"] == "failed" and "No space left on device" in state["error"]
+    assert 0 < state["steps_done"] < 100000
+    assert "No space left on device" in (run_dir / "reluexp.log").read_text()
     assert read_scalars(run_dir, ["loss/train"])["loss/train"]
+
+
+@pytest.mark.slow
+def test_a_final_checkpoint_that_does_not_fit_is_a_full_disk_not_a_torch_error(
+    tmp_path, small_disk
+):
+    run_dir = small_disk / "run"
+    # w1 alone (1000 x 100 float32) is as large as the whole disk.
+    result = run_cli("steps=3", f"hydra.run.dir={run_dir}", "device=cpu", cwd=tmp_path, check=False)
+    assert result.returncode == 1
+    closing = result.stderr.strip().splitlines()[-1]
+    assert "No space left on device" in closing and "unexpected pos" not in closing
+    state = summary(run_dir)
+    assert (state["status"], state["steps_done"]) == ("failed", 3)
+    assert (run_dir / "reluexp.log").read_text().strip()
 
 
 @pytest.mark.slow
@@ -417,7 +523,87 @@ def test_resume_never_imports_code_from_the_run_directory(tmp_path, monkeypatch)
     checkpoint["config"] = state["config"]
     torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
     with pytest.raises(
-        ConfigError, match="code in a run directory or the outputs tree is never imported"
+        ConfigError, match="code in or beside a run directory, or in an outputs tree, is never"
     ):
         train.resume(run_dir)
     assert not marker.exists()
+
+
+def forged_target(run_dir: Path, target: str, params: dict) -> None:
+    """What a hostile copy of a run directory can say: another target and params."""
+    state = summary(run_dir)
+    state["config"]["activation"].update(target=target, params=params)
+    (run_dir / "summary.json").write_text(json.dumps(state))
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    checkpoint["config"] = state["config"]
+    torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
+
+
+def test_resume_runs_no_callable_the_user_did_not_choose(tmp_path, monkeypatch):
+    """A forged run directory naming torch.save (f=a file to overwrite) is refused before the
+    callable is called, the in-place probe included."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    run_dir = interrupted_run(tmp_path / "shared" / "run")
+    forged_target(run_dir, "torch.save", {"f": str(victim)})
+    with pytest.raises(ConfigError, match="a resumed run runs only a Function or Module class"):
+        train.resume(run_dir)
+    assert victim.read_text() == "precious"
+
+
+def test_resume_never_imports_a_module_beside_the_run_directory(tmp_path, monkeypatch):
+    run_dir = interrupted_run(tmp_path / "shared" / "run")
+    marker = tmp_path / "pwned"
+    (tmp_path / "shared" / "beside.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nrelu = lambda x: x\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "shared"))  # as if it were importable
+    monkeypatch.chdir(tmp_path)
+    forged_target(run_dir, "beside.relu", {})
+    with pytest.raises(ConfigError, match="'beside' is in .*shared: code in or beside a run"):
+        train.resume(run_dir)
+    assert not marker.exists()
+
+
+def directory_state(run_dir):
+    return {
+        p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_resuming_a_completed_run_leaves_its_directory_unchanged(tmp_path):
+    run_dir = tmp_path / "run"
+    run_cli("steps=3", f"hydra.run.dir={run_dir}", "hydra.job.name=custom", *SMALL, cwd=tmp_path)
+    # One log name whatever hydra.job.name says.
+    assert (run_dir / "reluexp.log").is_file() and not (run_dir / "custom.log").exists()
+    before = directory_state(run_dir)
+    for _ in range(2):
+        result = run_cli(f"resume={run_dir}", cwd=tmp_path)
+        assert result.stderr.strip().endswith("nothing to resume")
+        assert "already completed after 3 steps" in result.stderr
+    assert directory_state(run_dir) == before
+
+
+@pytest.mark.slow
+def test_a_users_broken_config_file_is_one_line_naming_the_file_or_the_key(tmp_path, capsys):
+    configs = tmp_path / "cfg" / "activation"
+    configs.mkdir(parents=True)
+    (configs / "bad_yaml.yaml").write_text("name: x\ntarget: torch.relu\n  reference: [\n")
+    (configs / "bad_key.yaml").write_text("name: y\ntarget: torch.relu\nbogus: 3\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'cfg'}]"
+    expected = {
+        "bad_yaml": f"{configs / 'bad_yaml.yaml'}, line 3, column 12: mapping values are not "
+        "allowed here",
+        "bad_key": "In 'activation/bad_key': ConfigKeyError raised while composing config: "
+        "Key 'bogus' not in 'ActivationConfig' (activation.bogus)",
+    }
+    for name, message in expected.items():
+        result = run_cli(searchpath, f"activation={name}", cwd=tmp_path, check=False)
+        assert (result.returncode, result.stderr.strip()) == (2, f"reluexp: error: {message}")
+        assert check.main([searchpath, f"activation={name}"]) == 2
+        assert capsys.readouterr().err.strip() == f"reluexp.check: error: {message}"
+    assert not (tmp_path / "outputs").exists()

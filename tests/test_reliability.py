@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,7 +91,7 @@ BAD_INPUTS = [
     (
         ["activation=nope"],
         "reluexp: error: In 'config': Could not find 'activation/nope'; "
-        "available: builtin_leaky_relu, builtin_silu, custom, leaky_relu",
+        "available: builtin_leaky_relu, builtin_prelu, builtin_silu, custom, leaky_relu",
     ),
 ]
 
@@ -284,9 +285,39 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
     checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
     checkpoint["payload"] = Payload(marker)
     torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
-    with pytest.raises(ConfigError, match="checkpoint.pt refused, not plain data"):
+    with pytest.raises(ConfigError) as refused:
         train.resume(run_dir)
     assert not marker.exists()
+    assert str(refused.value) == (
+        f"resume={run_dir}: checkpoint.pt refused: it names code (posix.system); nothing in it ran"
+    )
+    # torch's own message suggests weights_only=False: never passed on.
+    assert "weights_only" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("step", -50, "step is -50: must be a whole number from 0 to 20"),
+        ("step", 10**9, "step is 1000000000: must be a whole number from 0 to 20"),
+        ("min_loss", "x", "min_loss is 'x': must be a number"),
+        ("wall_time_s", math.nan, "wall_time_s is nan: must be a finite number >= 0"),
+        ("steps_with_exact_zeros", 10**9, "steps_with_exact_zeros is 1000000000"),
+        ("weights", [torch.zeros(3, 3)], "weights have the shapes [(3, 3)]; the config's layers"),
+        ("rng_cpu", torch.zeros(3), "rng_cpu is not a torch RNG state"),
+    ],
+)
+def test_a_checkpoint_that_makes_no_sense_is_refused_before_training(
+    tmp_path, field, value, message
+):
+    run_dir = interrupted_run(tmp_path / "run")
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    checkpoint[field] = value
+    torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
+    before = summary(run_dir)
+    with pytest.raises(ConfigError, match=re.escape(f"checkpoint.pt's {message}")):
+        train.resume(run_dir)
+    assert summary(run_dir) == before
 
 
 def test_truncated_checkpoint_is_refused(tmp_path):

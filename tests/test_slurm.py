@@ -106,10 +106,13 @@ def test_every_job_runs_as_a_slurm_job(slurm_env, tmp_path, args):
     job_ids = [s["slurm_job_id"] for s in summaries]
     assert all(job_ids) and len(set(job_ids)) == 2
     assert "2 jobs: completed: 2" in (sweep_dir / "summary.md").read_text()
-    # The launching terminal shows one line per job, with its SLURM job.
+    # The launching terminal shows one line per job as it ends, with its SLURM job.
     lines = [line for line in result.stderr.splitlines() if re.match(r"\[\d/2\] ", line)]
-    assert [line.split()[1] for line in lines] == ["activation=myrelu", "activation=relu"]
-    assert all(f"(SLURM job {job_id})" in line for line, job_id in zip(lines, job_ids))
+    assert sorted(line.split()[1] for line in lines) == ["activation=myrelu", "activation=relu"]
+    for summary in summaries:
+        activation = next(o for o in summary["overrides"] if o.startswith("activation="))
+        (line,) = [line for line in lines if activation in line.split()]
+        assert line.endswith(f"(SLURM job {summary['slurm_job_id']})")
     # Without accounting, submitit's sacct warning on every poll is not the user's to read.
     assert "sacct" not in result.stderr
 
