@@ -1074,16 +1074,16 @@ def guarded_training(
 def preactivations(config: Config, check_dir: Path) -> dict[str, torch.Tensor]:
     """The first hidden layer's pre-activations of the experiment at its first step and at the
     float64 reference run's last, in float32 (the experiment's dtype)."""
-    from reluexp.state import build_state
+    from reluexp.state import build_state, seeded_data
 
     first = copy.deepcopy(config)
     first.dtype = Dtype.float64
-    x, _, state = build_state(first, torch.device("cpu"), None)
-    found = {"first step": (x @ state.weights[0].detach()).float()}
+    data, state = build_state(first, torch.device("cpu"), seeded_data(first), None)
+    found = {"first step": (data.x @ state.weights[0].detach()).float()}
     run_dir = check_dir / "train_float64_reference"
     if (run_dir / "checkpoint.pt").is_file():
         last = load_checkpoint(run_dir)["weights"][0].double()
-        found["last step"] = (x @ last).float()
+        found["last step"] = (data.x @ last).float()
     return found
 
 

@@ -40,11 +40,37 @@ class ActivationConfig:
     surrogate: str | None = None
 
 
+class DataName(str, Enum):
+    # The article's random regression; scikit-learn's bundled 8x8 digits; a file of the user's
+    # (.npz or .pt with x, y, optionally x_val, y_val); a function of the user's returning them.
+    random = "random"
+    digits = "digits"
+    file = "file"
+    callable = "callable"
+
+
 @dataclass
 class DataConfig:
+    name: DataName = DataName.random
+    # The random data's sizes (the others bring their own).
     n: int = 64
     d_in: int = 1000
     d_out: int = 10
+    # data=file: the path of a .npz or .pt; data=callable: the dotted path of the function.
+    path: str | None = None
+    loader: str | None = None
+    # Examples per step, a new seeded order each epoch; null: the full batch every step.
+    batch_size: int | None = None
+    # Held out for validation, fixed by the seed, when the data brings no validation split.
+    val_fraction: float = 0.2
+
+
+class Loss(str, Enum):
+    # auto: the summed squared error for regression (the article's), cross-entropy (mean over
+    # the batch) for classification, as the data's targets say.
+    auto = "auto"
+    squared_error = "squared_error"
+    cross_entropy = "cross_entropy"
 
 
 class Init(str, Enum):
@@ -58,6 +84,8 @@ class ModelConfig:
     # An int (one hidden layer) or a list of ints (a deeper MLP); checked by validate().
     hidden: Any = 100
     init: Init = Init.randn
+    # A bias per layer (zeros at the start), trained with the weights; the article has none.
+    bias: bool = False
 
 
 @dataclass
@@ -71,6 +99,9 @@ class Config:
     device: str = "auto"
     dtype: Dtype = Dtype.float32
     optimizer: Optimizer = Optimizer.manual
+    loss: Loss = Loss.auto
+    # Steps between validation passes, when the data has a validation split (and at the last).
+    eval_every: int = 10
     # torch intra-op threads; None keeps torch's default.
     threads: int | None = None
     log_every: int = 1
@@ -125,6 +156,17 @@ def validate(config: Config) -> None:
     for key in ("n", "d_in", "d_out"):
         value = getattr(config.data, key)
         _require(value >= 1, f"data.{key}", value, "must be >= 1")
+    data = config.data
+    if data.name == DataName.file:
+        _require(data.path is not None, "data.path", None, "required with data=file: a .npz or .pt")
+    if data.name == DataName.callable:
+        _require(data.loader is not None, "data.loader", None, "required: pkg.module.function")
+    if data.batch_size is not None:
+        _require(data.batch_size >= 1, "data.batch_size", data.batch_size, "must be >= 1 (or null)")
+    _require(
+        0 < data.val_fraction < 1, "data.val_fraction", data.val_fraction, "must be between 0 and 1"
+    )
+    _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")
     for width in hidden_sizes(config.model.hidden):
         _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")
     _require(math.isfinite(config.lr) and config.lr > 0, "lr", config.lr, "must be finite and > 0")

@@ -35,39 +35,44 @@ class MetricRows:
 class MetricRow:
     """One step's cells in the stream's device blocks (views made once), filled in this order:
     `record_activations` after the backward, `record_grad_norms` before the update and
-    `record_weight_norms` after it (or update.seed_update filling both in its fused pass).
+    `record_weight_norms` after it (or update.WeightUpdate filling both in its fused pass).
 
     On a float32 CPU run with the fused kernel built (reluexp/fused.py), a hidden layer is read
     once for its counters; the torch ops do the same work on any device and dtype."""
 
     def __init__(
         self,
+        index: int,
         scalars: torch.Tensor,
         norms: torch.Tensor,
         unit_max: list[torch.Tensor],
         unit_min: list[torch.Tensor],
-        fused_counts: bool,
         param_cells: torch.Tensor,
+        kernel_blocks: fused.Blocks | None,
     ):
+        self.index = index
         self.loss_cell, *self.nonzero_cells = scalars
         self.param_cells = param_cells
         half = len(norms) // 2
         self.grad_cells, self.weight_cells = list(norms[:half]), list(norms[half:])
         self.max_cells, self.min_cells = unit_max, unit_min
-        self.fused_counts = fused_counts
+        # The fused kernel's view of the same blocks, checked once (reluexp/fused.py).
+        self.kernel_blocks = kernel_blocks
 
     def record_activations(self, loss: torch.Tensor, hidden: list) -> None:
         """The loss; each hidden layer's nonzero pre-activations and per-unit extremes."""
         self.loss_cell.copy_(loss)  # 0-dim copies: a third of the time of a mixed-dtype stack
+        if self.kernel_blocks is not None:
+            for layer, (pre, post) in enumerate(hidden):
+                blocks = self.kernel_blocks
+                fused.layer_counts(pre.contiguous(), post.contiguous(), blocks, self.index, layer)
+            return
         for (pre, post), nonzero, unit_max, unit_min in zip(
             hidden, self.nonzero_cells, self.max_cells, self.min_cells
         ):
-            if self.fused_counts:
-                fused.layer_counts(pre.contiguous(), post.contiguous(), unit_max, unit_min, nonzero)
-            else:
-                nonzero.copy_(torch.count_nonzero(pre))
-                torch.amax(post, dim=0, out=unit_max)
-                torch.amin(post, dim=0, out=unit_min)
+            nonzero.copy_(torch.count_nonzero(pre))
+            torch.amax(post, dim=0, out=unit_max)
+            torch.amin(post, dim=0, out=unit_min)
 
     def record_grad_norms(self, weights: list[torch.Tensor]) -> None:
         for cell, w in zip(self.grad_cells, weights):
@@ -120,7 +125,7 @@ class MetricStream:
         sizes = {name: p.numel() for name, p in (activation_params or {}).items()}
         self.tags = tags.streamed(self.num_weights, sizes)
         device, dtype = weights[0].device, weights[0].dtype
-        self.fused_counts = fused.serves(weights[0])
+        use_kernel = fused.serves(weights[0])
         exact = {"dtype": torch.float64, "device": device}
         self.scalars = torch.zeros(FLUSH_ROWS, 1 + len(widths), **exact)
         self.norms = torch.zeros(FLUSH_ROWS, 2 * self.num_weights, **exact)
@@ -129,14 +134,20 @@ class MetricStream:
         self.params = torch.zeros(FLUSH_ROWS, len(tags.activation_params(sizes)), **exact)
         bounds = [0, *itertools.accumulate(widths)]
         self.layer_columns = list(zip(bounds, bounds[1:]))
+        self.kernel_blocks = (
+            fused.Blocks(self.scalars, self.norms, self.unit_max, self.unit_min, widths)
+            if use_kernel
+            else None
+        )
         self.rows = [
             MetricRow(
+                i,
                 self.scalars[i],
                 self.norms[i],
                 [self.unit_max[i, a:b] for a, b in self.layer_columns],
                 [self.unit_min[i, a:b] for a, b in self.layer_columns],
-                self.fused_counts,
                 self.params[i],
+                self.kernel_blocks,
             )
             for i in range(FLUSH_ROWS)
         ]

@@ -1,4 +1,4 @@
-"""A bias-free MLP of plain weight tensors, as in the seed."""
+"""An MLP of plain weight tensors, bias-free as in the seed (biases optional)."""
 
 import math
 
@@ -24,13 +24,17 @@ def init_weights(
 
 
 def forward(
-    x: torch.Tensor, weights: list[torch.Tensor], activation: Activation
+    x: torch.Tensor,
+    weights: list[torch.Tensor],
+    activation: Activation,
+    biases: list[torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """The prediction and each hidden layer's (pre-activation, activation), both (N, H)."""
+    """The prediction and each hidden layer's (pre-activation, activation), both (N, H); with
+    biases, each layer adds its own (addmm: the same kernel call)."""
     hidden = []
     h = x
-    for w in weights[:-1]:
-        pre = h.mm(w)
+    for i, w in enumerate(weights[:-1]):
+        pre = torch.addmm(biases[i], h, w) if biases else h.mm(w)
         h = activation(pre)
         hidden.append((pre, h))
-    return h.mm(weights[-1]), hidden
+    return (torch.addmm(biases[-1], h, weights[-1]) if biases else h.mm(weights[-1])), hidden

@@ -54,6 +54,8 @@ class Group:
     losses: dict[int, list[float]] = field(default_factory=dict)
     # step -> the mean over its jobs of |loss - reference loss| / reference loss.
     gap: dict[int, float] = field(default_factory=dict)
+    # Each job with its reference job (same config and seed), for the paired comparison.
+    pairs: list[tuple[Job, Job]] = field(default_factory=list)
 
     @property
     def completed(self) -> list[Job]:
@@ -219,6 +221,7 @@ def group_jobs(jobs: list[Job]) -> list[Group]:
         if reference is None:
             continue
         group_of[id(job)].reference = group_of[id(reference)]
+        group_of[id(job)].pairs.append((job, reference))
         for step, value in write_loss_difference(job.run_dir, reference.run_dir).items():
             differences[job.group][step].append(abs(value))
     for group in by_label.values():
@@ -270,11 +273,17 @@ def table(groups: list[Group]) -> list[dict[str, object]]:
         errors = [job.summary.error for job in group.jobs if job.summary.error]
         steps_per_s = group.values("steps_per_s")
         row: dict[str, object] = {"group": group.label, "jobs": len(group.jobs)}
-        for key in ("final_loss", "min_loss"):
+        for key in ("final_loss", "min_loss", "val_accuracy"):
             for stat, value in statistics_of(group.values(key)).items():
                 row[f"{key}_{stat}"] = value
         row["reference_group"] = group.reference.label if group.reference else ""
         row["final_loss_vs_reference"] = relative_gap(group)
+        comparison = paired(group)
+        row["paired_metric"] = comparison.metric if comparison else ""
+        row["paired_seeds"] = len(comparison.differences) if comparison else 0
+        row["paired_mean"] = comparison.mean if comparison else None
+        row["paired_half_width_95"] = comparison.half_width if comparison else None
+        row["paired_verdict"] = comparison.verdict if comparison else ""
         row["steps_per_s"] = statistics.mean(steps_per_s) if steps_per_s else None
         for status in (*STATUSES, UNREADABLE):
             row[status.replace(" ", "_")] = statuses.get(status, 0)
@@ -284,6 +293,64 @@ def table(groups: list[Group]) -> list[dict[str, object]]:
         row["error"] = errors[0] if errors else ""
         rows.append(row)
     return rows
+
+
+# Student's t, 97.5% quantile, by degrees of freedom (two-sided 95% interval); the normal's
+# 1.96 beyond 30.
+T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179]
+T_975 += [2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064]
+T_975 += [2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+@dataclass
+class Paired:
+    """A custom group against its reference group, seed by seed: what is compared, each
+    seed's difference (custom - reference), their mean and a 95% t interval's half-width."""
+
+    metric: str
+    differences: list[float]
+    mean: float
+    half_width: float | None
+
+    @property
+    def verdict(self) -> str:
+        n = len(self.differences)
+        accuracy = self.metric == "val_accuracy"
+        scale, unit = (100, "% accuracy") if accuracy else (100, "% final loss")
+        if self.half_width is None:
+            return f"{n} seed: {self.mean * scale:+.2g}{unit}, no interval"
+        if abs(self.mean) <= self.half_width:
+            return f"no difference detected over {n} seeds"
+        # Lower accuracy, or higher loss, is worse.
+        worse = (self.mean < 0) == accuracy
+        return (
+            f"custom {'worse' if worse else 'better'} by {abs(self.mean) * scale:.2g}% "
+            f"± {self.half_width * scale:.2g}%{unit.removeprefix('%')} over {n} seeds"
+        )
+
+
+def paired(group: Group) -> Paired | None:
+    """The group's completed jobs against their reference jobs of the same seed: validation
+    accuracy where the runs have it (absolute difference), else the final loss (relative)."""
+    pairs = [
+        (job.summary, reference.summary)
+        for job, reference in group.pairs
+        if job.summary.status == reference.summary.status == "completed"
+    ]
+    if not pairs:
+        return None
+    accuracy = all(s.val_accuracy is not None and math.isfinite(s.val_accuracy) for s, _ in pairs)
+    if accuracy:
+        differences = [s.val_accuracy - r.val_accuracy for s, r in pairs]
+    else:
+        differences = [(s.final_loss - r.final_loss) / abs(r.final_loss) for s, r in pairs]
+    mean = statistics.mean(differences)
+    n = len(differences)
+    half_width = None
+    if n > 1:
+        t = T_975[n - 2] if n - 1 <= len(T_975) else 1.96
+        half_width = t * statistics.stdev(differences) / math.sqrt(n)
+    return Paired("val_accuracy" if accuracy else "final_loss", differences, mean, half_width)
 
 
 def relative_gap(group: Group) -> float | None:
@@ -300,6 +367,12 @@ def number(value: object, digits: int = 4) -> str:
     return "–" if value is None else f"{value:.{digits}g}"
 
 
+def accuracy_text(row: dict[str, object]) -> str:
+    if row["val_accuracy_mean"] is None:
+        return ""
+    return f"{row['val_accuracy_mean']:.2%} ± {row['val_accuracy_std']:.2%}"
+
+
 def gap_text(row: dict[str, object]) -> str:
     """`+1.2e-04 vs activation=relu`: the relative gap, naming what the reference changes."""
     gap = row["final_loss_vs_reference"]
@@ -311,36 +384,42 @@ def gap_text(row: dict[str, object]) -> str:
 
 
 def markdown(rows: list[dict[str, object]]) -> str:
-    columns = [
-        "group",
-        "jobs",
-        "final loss",
-        "vs reference",
-        "min loss",
-        "steps/s",
-        "status",
-        "warnings",
-        "error",
-    ]
-    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    """The table, without the columns no group fills (validation accuracy, for regression)."""
+    table_rows = []
     for row in rows:
         statuses = [
             f"{status}: {row[status.replace(' ', '_')]}"
             for status in (*STATUSES, UNREADABLE)
             if row[status.replace(" ", "_")]
         ]
-        cells = [
-            str(row["group"]),
-            str(row["jobs"]),
-            f"{number(row['final_loss_mean'])} ± {number(row['final_loss_std'], 2)}",
-            gap_text(row),
-            f"{number(row['min_loss_mean'])} ± {number(row['min_loss_std'], 2)}",
-            number(row["steps_per_s"], 4),
-            ", ".join(statuses),
-            f"{row['jobs_with_warnings']}: {row['warning']}" if row["warning"] else "",
-            str(row["error"]),
-        ]
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        table_rows.append(
+            {
+                "group": str(row["group"]),
+                "jobs": str(row["jobs"]),
+                "final loss": f"{number(row['final_loss_mean'])} ± "
+                f"{number(row['final_loss_std'], 2)}",
+                "val accuracy": accuracy_text(row),
+                "vs reference": gap_text(row),
+                "paired vs reference (95%, t)": str(row["paired_verdict"]),
+                "min loss": f"{number(row['min_loss_mean'])} ± {number(row['min_loss_std'], 2)}",
+                "steps/s": number(row["steps_per_s"], 4),
+                "status": ", ".join(statuses),
+                "warnings": f"{row['jobs_with_warnings']}: {row['warning']}"
+                if row["warning"]
+                else "",
+                "error": str(row["error"]),
+            }
+        )
+    optional = {"val accuracy", "paired vs reference (95%, t)"}
+    columns = [
+        column
+        for column in (table_rows[0] if table_rows else {"group": ""})
+        if column not in optional or any(row[column] for row in table_rows)
+    ]
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for row in table_rows:
+        cells = [row[column].replace("|", "\\|") for column in columns]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

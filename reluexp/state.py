@@ -3,7 +3,7 @@
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +12,8 @@ from torch import nn
 
 from reluexp.activations import Activation
 from reluexp.checkpoint import save_checkpoint
-from reluexp.config import Config, ConfigError, Dtype, Init, config_dict, layer_sizes
-from reluexp.data import make_data
+from reluexp.config import Config, ConfigError, Dtype, Init, config_dict
+from reluexp.data import Dataset, load_data
 from reluexp.model import init_weights
 from reluexp.update import make_optimizer
 
@@ -26,6 +26,8 @@ class RunState:
     trained with them), the optimizer, and what the run has seen so far."""
 
     weights: list[torch.Tensor]
+    # One per layer with model.bias, else none.
+    biases: list[torch.Tensor]
     activation_params: dict[str, torch.Tensor]
     optimizer: torch.optim.Optimizer | None
     step: int = 0
@@ -33,6 +35,9 @@ class RunState:
     final_loss: float = math.nan
     # Logged steps so far whose pre-activations held an exact 0.0.
     steps_with_exact_zeros: int = 0
+    # With a validation split: the last pass's loss and accuracy, the best accuracy and its
+    # step, the last recorded training accuracy (summary.json's fields of the same names).
+    evaluation: dict[str, float] = field(default_factory=dict)
     # Wall time of the run's earlier segments (before an interruption), and this one's start.
     earlier_wall_time_s: float = 0.0
     segment_start: float = 0.0
@@ -42,43 +47,56 @@ class RunState:
         return self.earlier_wall_time_s + time.perf_counter() - self.segment_start
 
 
+def seeded_data(config: Config) -> tuple[Dataset, torch.Generator]:
+    """The run's data, and the generator that goes on to draw its weights: one CPU generator
+    in the seed's order (x, y, w1, w2, ...), so CPU and GPU runs start identical."""
+    generator = torch.Generator("cpu").manual_seed(config.seed)
+    return load_data(config, generator), generator
+
+
 def build_state(
     config: Config,
     device: torch.device,
+    seeded: tuple[Dataset, torch.Generator],
     checkpoint: dict[str, Any] | None,
     activation: Activation | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, RunState]:
-    """The data (x, y) and the run's state, fresh or from a checkpoint, on the device; an
-    activation Module is moved there too, its parameters trained with the weights."""
-    # One CPU generator in the seed's order (x, y, w1, w2, ...): CPU and GPU runs start identical.
-    generator = torch.Generator("cpu").manual_seed(config.seed)
-    x, y = make_data(config.data.n, config.data.d_in, config.data.d_out, generator)
-    weights = init_weights(layer_sizes(config), generator, Init(config.model.init).value)
+) -> tuple[Dataset, RunState]:
+    """The data and the run's state, fresh or from a checkpoint (already checked), on the
+    device; an activation Module is moved there too, its parameters trained with the weights."""
+    data, generator = seeded
+    weights = init_weights(
+        data.layer_sizes(config.model.hidden), generator, Init(config.model.init).value
+    )
+    biases = [torch.zeros(w.shape[1]) for w in weights] if config.model.bias else []
     if checkpoint is not None:
-        weights = checkpoint["weights"]
+        weights, biases = checkpoint["weights"], checkpoint.get("biases", [])
     dtype = getattr(torch, Dtype(config.dtype).value)
-    x, y = x.to(device, dtype), y.to(device, dtype)
+    data = data.to(device, dtype)
     weights = [w.to(device, dtype).requires_grad_() for w in weights]
+    biases = [b.to(device, dtype).requires_grad_() for b in biases]
     activation_params: dict[str, torch.Tensor] = {}
     if isinstance(activation, nn.Module):
         activation.to(device, dtype)
         if checkpoint is not None:
             activation.load_state_dict(checkpoint.get("activation", {}))
         activation_params = dict(activation.named_parameters())
-    optimizer = make_optimizer(config, [*weights, *activation_params.values()])
-    state = RunState(weights, activation_params, optimizer, segment_start=time.perf_counter())
+    optimizer = make_optimizer(config, [*weights, *biases, *activation_params.values()])
+    state = RunState(
+        weights, biases, activation_params, optimizer, segment_start=time.perf_counter()
+    )
     if checkpoint is not None:
         state.step = checkpoint["step"]
         state.min_loss = checkpoint["min_loss"]
         state.final_loss = checkpoint["final_loss"]
         state.steps_with_exact_zeros = checkpoint.get("steps_with_exact_zeros", 0)
+        state.evaluation = dict(checkpoint.get("evaluation", {}))
         state.earlier_wall_time_s = checkpoint["wall_time_s"]
         if state.optimizer is not None:
             state.optimizer.load_state_dict(checkpoint["optimizer"])
         torch.set_rng_state(checkpoint["rng_cpu"])
         if torch.cuda.is_available() and checkpoint["rng_cuda"]:
             torch.cuda.set_rng_state_all(checkpoint["rng_cuda"])
-    return x, y, state
+    return data, state
 
 
 def save_state(run_dir: Path, config: Config, state: RunState) -> None:
@@ -88,6 +106,7 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
         {
             "step": state.step,
             "weights": [w.detach() for w in state.weights],
+            "biases": [b.detach() for b in state.biases],
             "activation": {name: p.detach() for name, p in state.activation_params.items()},
             "optimizer": state.optimizer.state_dict() if state.optimizer is not None else {},
             "rng_cpu": torch.get_rng_state(),
@@ -96,17 +115,20 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
             "min_loss": state.min_loss,
             "final_loss": state.final_loss,
             "steps_with_exact_zeros": state.steps_with_exact_zeros,
+            "evaluation": state.evaluation,
             "wall_time_s": state.wall_time_s,
         },
     )
 
 
-def check_checkpoint(checkpoint: dict[str, Any], config: Config, where: str) -> None:
+def check_checkpoint(
+    checkpoint: dict[str, Any], config: Config, sizes: list[int], where: str
+) -> None:
     """Every field of a checkpoint (bytes already verified) makes sense for its config before
     anything trains from it; otherwise one line naming the field."""
 
-    def refuse(field: str, why: str) -> None:
-        raise ConfigError(f"{where}: checkpoint.pt's {field} {why}")
+    def refuse(name: str, why: str) -> None:
+        raise ConfigError(f"{where}: checkpoint.pt's {name} {why}")
 
     def number(value: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
@@ -114,9 +136,9 @@ def check_checkpoint(checkpoint: dict[str, Any], config: Config, where: str) -> 
     step = checkpoint.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= config.steps:
         refuse("step", f"is {step!r}: must be a whole number from 0 to {config.steps}")
-    for field in ("min_loss", "final_loss"):
-        if not number(checkpoint.get(field)):
-            refuse(field, f"is {checkpoint.get(field)!r}: must be a number")
+    for name in ("min_loss", "final_loss"):
+        if not number(checkpoint.get(name)):
+            refuse(name, f"is {checkpoint.get(name)!r}: must be a number")
     zeros = checkpoint.get("steps_with_exact_zeros", 0)
     if not isinstance(zeros, int) or isinstance(zeros, bool) or not 0 <= zeros <= step:
         refuse("steps_with_exact_zeros", f"is {zeros!r}: must be a whole number from 0 to {step}")
@@ -124,7 +146,6 @@ def check_checkpoint(checkpoint: dict[str, Any], config: Config, where: str) -> 
     if not number(wall_time) or not math.isfinite(wall_time) or wall_time < 0:
         refuse("wall_time_s", f"is {wall_time!r}: must be a finite number >= 0")
     weights = checkpoint.get("weights")
-    sizes = layer_sizes(config)
     expected = list(zip(sizes, sizes[1:]))
     if not isinstance(weights, list) or not all(
         isinstance(w, torch.Tensor) and w.is_floating_point() for w in weights
@@ -133,6 +154,14 @@ def check_checkpoint(checkpoint: dict[str, Any], config: Config, where: str) -> 
     shapes = [tuple(w.shape) for w in weights]
     if shapes != expected:
         refuse("weights", f"have the shapes {shapes}; the config's layers are {expected}")
+    biases = checkpoint.get("biases", [])
+    if [tuple(b.shape) if isinstance(b, torch.Tensor) else b for b in biases] != (
+        [(d_out,) for _, d_out in expected] if config.model.bias else []
+    ):
+        refuse("biases", "do not fit the config's layers (model.bias)")
+    evaluation = checkpoint.get("evaluation", {})
+    if not isinstance(evaluation, dict) or not all(map(number, evaluation.values())):
+        refuse("evaluation", "is not a dict of numbers")
     activation = checkpoint.get("activation", {})
     if not isinstance(activation, dict) or not all(
         isinstance(p, torch.Tensor) for p in activation.values()

@@ -77,6 +77,13 @@ class RunSummary:
     wall_time_s: float | None = None
     steps_per_s: float | None = None
     diverged_at_step: int | None = None
+    # With a validation split: the last pass's loss and accuracy (NaN for regression), the best
+    # accuracy and its step; classification: the last recorded batch's accuracy.
+    val_loss: float | None = None
+    val_accuracy: float | None = None
+    best_val_accuracy: float | None = None
+    best_val_accuracy_step: int | None = None
+    train_accuracy: float | None = None
     signal: str | None = None
     error: str | None = None
     # What the run saw that its status does not say (gradients that vanished, dead layers).

@@ -11,6 +11,9 @@ EXACT_ZEROS = "activation/exact_zeros"
 LOSS_LOG10 = "loss/train_log10"
 GRAD_NORM_TOTAL_LOG10 = "grad_norm/total_log10"
 STEPS_WITH_EXACT_ZEROS = "activation/steps_with_exact_zeros"
+# With a validation split, at each validation pass: its loss and accuracy, and the accuracy on
+# that step's batch (accuracies NaN for regression).
+VALIDATION = ("loss/val", "accuracy/val", "accuracy/train")
 DERIVED = (LOSS_LOG10, GRAD_NORM_TOTAL_LOG10, STEPS_WITH_EXACT_ZEROS)
 # Scalars the HParams tab sorts runs by; written once, at the end of the run.
 HPARAM_METRICS = ("hparams/final_loss", "hparams/min_loss")

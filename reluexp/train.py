@@ -5,7 +5,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,14 +19,17 @@ from reluexp.checkpoint import load_checkpoint
 from reluexp.config import (
     Config,
     ConfigError,
+    DataName,
     Dtype,
     Init,
+    Loss,
     Optimizer,
     config_dict,
     config_from_dict,
     hidden_sizes,
     validate,
 )
+from reluexp.data import Dataset
 from reluexp.device import check_memory, resolve_device
 from reluexp.events import EventWriter
 from reluexp.metrics import MetricRows, MetricStream
@@ -34,7 +37,7 @@ from reluexp.model import forward
 from reluexp.process import StopSignals, job_environment, slurm_job_id
 from reluexp.progress import Progress
 from reluexp.rundir import DiskReserve, hold_run
-from reluexp.state import RunState, build_state, check_checkpoint, save_state
+from reluexp.state import RunState, build_state, check_checkpoint, save_state, seeded_data
 from reluexp.summary import RunSummary, SummaryError
 from reluexp.update import WeightUpdate
 
@@ -53,17 +56,33 @@ class Interrupted(Exception):
         self.signum = signum
 
 
+@dataclass
+class Collected:
+    """A flush's host values: the metric rows, and the validation passes with their steps."""
+
+    rows: MetricRows
+    evaluation_steps: list[int]
+    evaluations: list[list[float]]
+
+
 class Recorder:
     """What a flushed block of metric rows means for the run: its events, the article's loss
     lines, the min and final loss, divergence (a non-finite loss) and warnings (gradients that
     vanished). Each rule is here once."""
 
-    def __init__(self, config: Config, state: RunState, events: EventWriter, warnings: list[str]):
+    def __init__(
+        self,
+        config: Config,
+        state: RunState,
+        events: EventWriter,
+        warnings: list[str],
+        batch: int,
+    ):
         self.config = config
         self.state = state
         self.events = events
         self.stream = MetricStream(
-            config.data.n, hidden_sizes(config.model.hidden), state.weights, state.activation_params
+            batch, hidden_sizes(config.model.hidden), state.weights, state.activation_params
         )
         streamed = self.stream.tags
         self.total_grad_norm = streamed.index(tags.GRAD_NORM_TOTAL)
@@ -72,6 +91,28 @@ class Recorder:
         self.diverged_at: int | None = None
         # The run's warnings (summary.json's list, shared): each kind once, resumed runs too.
         self.warnings = warnings
+        # Validation passes waiting on the device: (step, [loss, accuracy or NaN]).
+        self.evaluations: list[tuple[int, torch.Tensor]] = []
+
+    def record_evaluation(
+        self,
+        step: int,
+        loss: torch.Tensor,
+        logits: torch.Tensor | None,
+        y: torch.Tensor,
+        batch_logits: torch.Tensor | None,
+        batch_y: torch.Tensor,
+    ) -> None:
+        """A validation pass (and, for classification, the accuracy on the step's batch),
+        kept on the device until the next flush (no host sync)."""
+        values = [loss.double()]
+        for found, wanted in ((logits, y), (batch_logits, batch_y)):
+            values.append(
+                (found.argmax(1) == wanted).double().mean()
+                if found is not None
+                else torch.tensor(math.nan, dtype=torch.float64, device=loss.device)
+            )
+        self.evaluations.append((step, torch.stack(values)))
 
     def warn(self, kind: str, step: int, consequence: str) -> None:
         if not any(warning.startswith(kind) for warning in self.warnings):
@@ -98,13 +139,15 @@ class Recorder:
         """The rows recorded on the device so far: into the run's state, then its events."""
         self.write(self.collect())
 
-    def collect(self) -> MetricRows:
-        """The recorded rows, on the host: the run's min and final loss, divergence, warnings
-        and the article's loss lines follow from them; nothing is written to disk yet."""
+    def collect(self) -> Collected:
+        """The recorded rows and validation passes, on the host: the run's min and final loss,
+        divergence, warnings, evaluation and the article's loss lines follow from them;
+        nothing is written to disk yet."""
         block = self.stream.flush()
         rows = block.rows
+        evaluations = self.collect_evaluations()
         if not rows:
-            return block
+            return Collected(block, *evaluations)
         for i, (step, row) in enumerate(zip(block.steps, rows)):
             self.watch(step, row, block.live_units[i])
             if math.isfinite(row[0]):
@@ -126,12 +169,34 @@ class Recorder:
                 # The article's line (step, repr of the loss), from the flushed value: no .item().
                 loss_log.info("%d %r", step, row[0])
         self.state.final_loss = rows[-1][0]
-        return block
+        return Collected(block, *evaluations)
 
-    def write(self, block: MetricRows) -> None:
+    def collect_evaluations(self) -> tuple[list[int], list[list[float]]]:
+        """The validation passes on the host: the last and best values into the run's state."""
+        if not self.evaluations:
+            return [], []
+        steps = [step for step, _ in self.evaluations]
+        rows = torch.stack([values for _, values in self.evaluations]).tolist()
+        self.evaluations.clear()
+        found = self.state.evaluation
+        for step, (loss, accuracy, train_accuracy) in zip(steps, rows):
+            found["val_loss"], found["val_accuracy"] = loss, accuracy
+            if math.isfinite(train_accuracy):
+                found["train_accuracy"] = train_accuracy
+            if math.isfinite(accuracy) and accuracy > found.get("best_val_accuracy", -1.0):
+                found["best_val_accuracy"], found["best_val_accuracy_step"] = accuracy, step
+        return steps, rows
+
+    def write(self, collected: Collected) -> None:
+        block = collected.rows
         if block.rows:
             log.debug("flushed %d metric rows up to step %d", len(block.rows), block.steps[-1])
             self.events.scalars(self.tags, block.steps, block.times, block.rows)
+        if collected.evaluation_steps:
+            now = [time.time()] * len(collected.evaluation_steps)
+            self.events.scalars(
+                tags.VALIDATION, collected.evaluation_steps, now, collected.evaluations
+            )
 
 
 def log10(value: float) -> float:
@@ -141,17 +206,72 @@ def log10(value: float) -> float:
     return -math.inf if value == 0 else math.nan
 
 
+Objective = Callable[..., tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], Any]]
+
+
 def squared_error(
-    x: torch.Tensor, y: torch.Tensor, weights: list[torch.Tensor], activation: Activation
-) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    x: torch.Tensor,
+    y: torch.Tensor,
+    weights: list[torch.Tensor],
+    activation: Activation,
+    biases: list[torch.Tensor],
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], None]:
     """The article's loss, sum((y_pred - y)^2), and the hidden layers the metrics read.
 
     The hidden layers come back detached: the metrics only read them, and under compile=true
     an output that requires grad gets a gradient in the compiled backward, zeros materialized
     and added every step (at N=4096, H=4096 two 64 MiB fills and a 64 MiB copy: about a tenth
     of the step)."""
-    y_pred, hidden = forward(x, weights, activation)
-    return (y_pred - y).pow(2).sum(), [(pre.detach(), post.detach()) for pre, post in hidden]
+    y_pred, hidden = forward(x, weights, activation, biases)
+    return (y_pred - y).pow(2).sum(), [(pre.detach(), post.detach()) for pre, post in hidden], None
+
+
+def cross_entropy(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    weights: list[torch.Tensor],
+    activation: Activation,
+    biases: list[torch.Tensor],
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """Classification: the mean cross-entropy of the logits against class indices, the hidden
+    layers (as squared_error), and the logits (detached) for the accuracy."""
+    logits, hidden = forward(x, weights, activation, biases)
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    return loss, [(pre.detach(), post.detach()) for pre, post in hidden], logits.detach()
+
+
+def objective(config: Config, data: Dataset) -> Objective:
+    """The loss the run trains on: `loss`, or with loss=auto what the data's targets say."""
+    kind = Loss(config.loss)
+    if kind == Loss.auto:
+        kind = Loss.cross_entropy if data.classes is not None else Loss.squared_error
+    if (kind == Loss.cross_entropy) != (data.classes is not None):
+        targets = "class indices" if data.classes is not None else "values (regression)"
+        raise ConfigError(f"loss={kind.value}: the data's targets are {targets}")
+    return cross_entropy if kind == Loss.cross_entropy else squared_error
+
+
+class Batches:
+    """Each step's examples: the whole training set, or data.batch_size of them, in an order
+    drawn anew each epoch (a remainder smaller than a batch is left out). The order of epoch e
+    depends on the seed and e only, so a resumed run sees the batches it would have seen."""
+
+    def __init__(self, data: Dataset, batch_size: int | None, seed: int):
+        self.x, self.y, self.seed = data.x, data.y, seed
+        self.size = len(data.x) if batch_size is None else min(batch_size, len(data.x))
+        self.per_epoch = len(data.x) // self.size
+        self.epoch, self.order = -1, torch.empty(0)
+
+    def at(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.size == len(self.x):
+            return self.x, self.y
+        epoch, index = divmod(step, self.per_epoch)
+        if epoch != self.epoch:
+            generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
+            self.order = torch.randperm(len(self.x), generator=generator).to(self.x.device)
+            self.epoch = epoch
+        chosen = self.order[index * self.size : (index + 1) * self.size]
+        return self.x[chosen], self.y[chosen]
 
 
 @dataclass
@@ -160,8 +280,7 @@ class Training:
 
     config: Config
     run_dir: Path
-    x: torch.Tensor
-    y: torch.Tensor
+    data: Dataset
     state: RunState
     activation: Activation
     update: WeightUpdate
@@ -175,20 +294,31 @@ def train_loop(training: Training) -> None:
     """Train from the state's step to config.steps, a divergence, or a stop signal; metrics
     flushed."""
     config, state, recorder = training.config, training.state, training.recorder
+    data = training.data
+    loss_of = objective(config, data)
     # compile=true: forward and loss, and through AOTAutograd their backward, as compiled kernels.
-    compute_loss = torch.compile(squared_error) if config.compile else squared_error
+    compute_loss = torch.compile(loss_of) if config.compile else loss_of
+    batches = Batches(data, config.data.batch_size, config.seed)
     stream = recorder.stream
     while state.step < config.steps and not recorder.stopped and training.stop.signum is None:
         step = state.step
-        loss, hidden = compute_loss(training.x, training.y, state.weights, training.activation)
+        x, y = batches.at(step)
+        loss, hidden, logits = compute_loss(x, y, state.weights, training.activation, state.biases)
         loss.backward()
+        last = step == config.steps - 1
         # Print steps are recorded too: their lines come from the flushed rows.
-        recording = step % config.log_every == 0 or config.prints_at(step)
-        recording = recording or step == config.steps - 1
+        recording = step % config.log_every == 0 or config.prints_at(step) or last
         with torch.no_grad():
             row = stream.next_row() if recording else None
             if row is not None:
                 row.record_activations(loss, hidden)
+            # Held-out data, with the weights the step's loss saw (before its update), beside
+            # the accuracy on the step's batch.
+            if data.x_val is not None and (step % config.eval_every == 0 or last):
+                val_loss, _, val_logits = loss_of(
+                    data.x_val, data.y_val, state.weights, training.activation, state.biases
+                )
+                recorder.record_evaluation(step, val_loss, val_logits, data.y_val, logits, y)
             training.update(row)
             if row is not None:
                 stream.end_row(step)
@@ -202,18 +332,22 @@ def train_loop(training: Training) -> None:
     recorder.flush()
 
 
-def hparams(config: Config, device: torch.device) -> dict[str, Any]:
+def hparams(config: Config, device: torch.device, data: Dataset) -> dict[str, Any]:
     """The config values a run is compared by in TensorBoard's HParams tab."""
     return {
         "activation": config.activation.name,
         # Custom runs are told apart by what they train, not by the option's name.
         "target": config.activation.target,
         "params": json.dumps(config.activation.params, sort_keys=True),
+        "data": DataName(config.data.name).value,
         "hidden": str(config.model.hidden),
         "init": Init(config.model.init).value,
-        "n": config.data.n,
-        "d_in": config.data.d_in,
-        "d_out": config.data.d_out,
+        "bias": config.model.bias,
+        "n": len(data.x),
+        "d_in": data.x.shape[1],
+        "d_out": data.d_out,
+        "batch_size": config.data.batch_size or len(data.x),
+        "loss": objective(config, data).__name__,
         "lr": config.lr,
         "steps": config.steps,
         "seed": config.seed,
@@ -271,7 +405,6 @@ def resume(run_dir: Path, *, second_signal_exits: bool = True) -> float:
     log.info(
         "resuming %s: importing activation.target=%s%s", run_dir, config.activation.target, params
     )
-    check_checkpoint(checkpoint, config, f"resume={run_dir}")
     return _run(config, run_dir, summary, checkpoint, second_signal_exits)
 
 
@@ -283,7 +416,8 @@ def _run(
     second_signal_exits: bool,
 ) -> float:
     device = resolve_device(config.device)
-    check_memory(config, device)
+    if config.data.name == DataName.random:  # real data's sizes are known once it is loaded
+        check_memory(config, device)
     activation = resolve_activation(
         config.activation.target,
         config.activation.params,
@@ -296,7 +430,12 @@ def _run(
         DiskReserve(run_dir) as reserve,
         job_environment(device, config.threads, second_signal_exits) as stop,
     ):
-        x, y, state = build_state(config, device, checkpoint, activation)
+        seeded = seeded_data(config)
+        data = seeded[0]
+        if checkpoint is not None:
+            sizes = data.layer_sizes(config.model.hidden)
+            check_checkpoint(checkpoint, config, sizes, f"resume={run_dir}")
+        data, state = build_state(config, device, seeded, checkpoint, activation)
         start_step = state.step
         summaries.record_start(
             run_dir,
@@ -308,18 +447,23 @@ def _run(
         )
         events = EventWriter(run_dir, purge_step=start_step if checkpoint is not None else None)
         if checkpoint is None:
-            events.declare(hparams(config, device))
-        recorder = Recorder(config, state, events, summary.warnings)
+            events.declare(hparams(config, device, data))
+        batch = len(data.x) if config.data.batch_size is None else config.data.batch_size
+        recorder = Recorder(config, state, events, summary.warnings, min(batch, len(data.x)))
         progress = Progress(config.steps, start_step, lambda: state.final_loss, not config.quiet)
+        trained_beside = [*state.biases, *state.activation_params.values()]
         training = Training(
             config,
             run_dir,
-            x,
-            y,
+            data,
             state,
             activation,
             WeightUpdate(
-                state.weights, state.optimizer, config.lr, list(state.activation_params.values())
+                state.weights,
+                state.optimizer,
+                config.lr,
+                trained_beside,
+                recorder.stream.kernel_blocks,
             ),
             recorder,
             stop,
@@ -382,6 +526,7 @@ def finish(training: Training, summary: RunSummary, start_step: int, status: str
         min_loss=state.min_loss,
         wall_time_s=state.wall_time_s,
         steps_per_s=executed_steps / segment_time if segment_time > 0 else None,
+        **state.evaluation,
     )
     if status == "failed":  # the run's log (only): before the events can fill the disk again
         file_log.error("failed after step %d: %s", state.step - 1, summary.error)

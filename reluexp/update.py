@@ -27,19 +27,23 @@ class WeightUpdate:
         optimizer: torch.optim.Optimizer | None,
         lr: float,
         activation_params: list[torch.Tensor] = (),
+        kernel_blocks: fused.Blocks | None = None,
     ):
         self.weights = weights
         self.optimizer = optimizer
         self.lr = lr
         # The activation's own parameters: the same update, no norms (their values stream).
         self.activation_params = list(activation_params)
-        self.fused = optimizer is None and fused.serves(*weights)
+        # The fused kernel, with the metric stream's blocks it writes the norms into.
+        self.fused_weights = []
+        if optimizer is None and kernel_blocks is not None and fused.serves(*weights):
+            self.fused_weights = [fused.Weight(w, kernel_blocks, i) for i, w in enumerate(weights)]
 
     def __call__(self, row: MetricRow | None) -> None:
-        if self.fused and row is not None:
-            for w, grad_cell, weight_cell in zip(self.weights, row.grad_cells, row.weight_cells):
-                fused.update_with_norms(w, w.grad.contiguous(), self.lr, grad_cell, weight_cell)
-                w.grad = None
+        if self.fused_weights and row is not None:
+            for weight in self.fused_weights:
+                weight.update_with_norms(weight.w.grad.contiguous(), self.lr, row.index)
+                weight.w.grad = None
             self.seed_update(self.activation_params)
         else:
             if row is not None:

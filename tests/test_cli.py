@@ -183,7 +183,7 @@ def test_console_script_is_the_module(tmp_path):
     module_help = run_cli("--help", cwd=tmp_path).stdout
     assert help_text == module_help
     assert "activation: builtin_leaky_relu, builtin_prelu, builtin_silu, custom" in help_text
-    assert "experiment: custom_vs_builtin, lr_search, lr_sweep, width_depth" in help_text
+    assert "experiment: custom_vs_builtin, digits_custom_vs_builtin, lr_search" in help_text
 
 
 def test_a_run_ends_with_one_closing_line(tmp_path):

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from reluexp import metrics, train
+from reluexp import metrics, state, train
 from reluexp.config import Config
 from tests.helpers import seed_loop
 
@@ -28,7 +28,7 @@ def syncs_allowed():
 @pytest.mark.parametrize("activation", ["relu", "lean_relu"])
 def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
     """Every step runs with sync debug mode 'error'; only flushes and checkpoints may sync."""
-    forward, flush, save = train.forward, metrics.MetricStream.flush, train.save_checkpoint
+    forward, flush, save = train.forward, metrics.MetricStream.flush, state.save_checkpoint
 
     def strict_forward(*args):
         torch.cuda.set_sync_debug_mode("error")  # from the first step on
@@ -43,7 +43,7 @@ def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
 
     monkeypatch.setattr(train, "forward", strict_forward)
     monkeypatch.setattr(metrics.MetricStream, "flush", allowed(flush))
-    monkeypatch.setattr(train, "save_checkpoint", allowed(save))
+    monkeypatch.setattr(state, "save_checkpoint", allowed(save))
     config = Config(device="cuda", steps=300)
     config.activation.name = activation
     config.activation.target = {"relu": "torch.relu", "lean_relu": "reluexp.functions.LeanReLU"}[

@@ -15,6 +15,7 @@ import torch
 from reluexp import report
 from reluexp.events import read_scalars
 from reluexp.hydra_glue import compose_config
+from reluexp.summary import RunSummary
 from reluexp.workers import command_line
 from tests.helpers import run_cli
 from tests.test_config import EXPERIMENTS
@@ -257,3 +258,38 @@ def test_a_killed_submitit_local_job_is_a_failed_job_and_the_sweep_ends(tmp_path
     assert "3 jobs: completed: 2, failed: 1" in (sweep_dir / "summary.md").read_text()
     assert "failed: its process ended without a result" in stderr
     assert submit_processes() == []
+
+
+def paired_group(custom: list[float], reference: list[float], metric: str) -> report.Group:
+    """A custom group whose jobs pair with reference jobs of the same seeds."""
+    group = report.Group("activation=custom")
+    for seed, (mine, theirs) in enumerate(zip(custom, reference)):
+        jobs = [
+            report.Job(None, RunSummary(status="completed", seed=seed, **{metric: value}))
+            for value in (mine, theirs)
+        ]
+        group.jobs.append(jobs[0])
+        group.pairs.append((jobs[0], jobs[1]))
+    return group
+
+
+def test_the_paired_comparison_is_a_t_interval_over_seeds():
+    t_975_4 = 2.776  # Student's t, 4 degrees of freedom
+    worse = paired_group(
+        [0.91, 0.90, 0.92, 0.91, 0.90], [0.94, 0.93, 0.94, 0.93, 0.93], "val_accuracy"
+    )
+    comparison = report.paired(worse)
+    differences = [-0.03, -0.03, -0.02, -0.02, -0.03]
+    assert comparison.metric == "val_accuracy"
+    assert comparison.differences == pytest.approx(differences)
+    assert comparison.mean == pytest.approx(statistics.mean(differences))
+    half_width = t_975_4 * statistics.stdev(differences) / 5**0.5
+    assert comparison.half_width == pytest.approx(half_width)
+    assert comparison.verdict == "custom worse by 2.6% ± 0.68% accuracy over 5 seeds"
+    alike = paired_group([0.95, 0.93, 0.96], [0.94, 0.94, 0.95], "val_accuracy")
+    assert report.paired(alike).verdict == "no difference detected over 3 seeds"
+    # Without a validation split: the final loss, relative to the reference's.
+    losses = paired_group([1.1, 2.2], [1.0, 2.0], "final_loss")
+    comparison = report.paired(losses)
+    assert comparison.differences == pytest.approx([0.1, 0.1])
+    assert comparison.verdict == "custom worse by 10% ± 0% final loss over 2 seeds"

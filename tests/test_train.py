@@ -173,7 +173,7 @@ def test_the_hidden_layers_leave_the_loss_computation_detached():
     # added in the compiled backward, every step.
     x, y = torch.randn(4, 6), torch.randn(4, 2)
     weights = [torch.randn(6, 5, requires_grad=True), torch.randn(5, 2, requires_grad=True)]
-    loss, hidden = train.squared_error(x, y, weights, torch.relu)
+    loss, hidden, _ = train.squared_error(x, y, weights, torch.relu, [])
     assert loss.requires_grad
     assert [(pre.requires_grad, post.requires_grad) for pre, post in hidden] == [(False, False)]
 
@@ -205,8 +205,8 @@ def test_a_row_counts_dead_units_zeros_and_norms_the_same_with_the_kernel_or_tor
     weights = [torch.ones(29, 7, requires_grad=True), torch.ones(5, 1, requires_grad=True)]
     weights[0].grad, weights[1].grad = torch.full((29, 7), 2.0), torch.zeros(5, 1)
     stream = MetricStream(batch=2, widths=[5], weights=weights)
-    update = WeightUpdate(weights, optimizer=None, lr=0.25)
-    assert stream.fused_counts == update.fused == kernel
+    update = WeightUpdate(weights, None, 0.25, kernel_blocks=stream.kernel_blocks)
+    assert (stream.kernel_blocks is not None) == bool(update.fused_weights) == kernel
     row = stream.next_row()
     # post laid out column by column (an activation may return any strides).
     row.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T)])
@@ -230,38 +230,87 @@ def test_a_row_counts_dead_units_zeros_and_norms_the_same_with_the_kernel_or_tor
     assert stream.flush().steps == []
 
 
+def kernel_blocks(rows: int = 4, widths: tuple[int, ...] = (3,)) -> fused.Blocks:
+    """A metric stream's blocks for two weights and the given hidden widths."""
+    exact = {"dtype": torch.float64}
+    return fused.Blocks(
+        torch.zeros(rows, 1 + len(widths), **exact),
+        torch.zeros(rows, 4, **exact),
+        torch.zeros(rows, sum(widths)),
+        torch.zeros(rows, sum(widths)),
+        list(widths),
+    )
+
+
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("call", "message"),
     [
-        (lambda t: t.update(w=t["w"].double()), "w must be a contiguous torch.float32 CPU tensor"),
-        (lambda t: t.update(w=t["w"].t()), "w must be a contiguous torch.float32 CPU tensor"),
-        (lambda t: t.update(grad=t["grad"].reshape(-1)[:10]), "grad has 10 elements, w 64"),
-        (lambda t: t.update(grad=t["w"]), "w overlaps grad"),
-        (lambda t: t.update(grad_norm=t["weight_norm"]), "grad_norm overlaps weight_norm"),
+        (lambda b: fused.Weight(torch.ones(8, 8).double(), b, 0), "w must be a contiguous"),
+        (lambda b: fused.Weight(torch.ones(8, 8).t(), b, 0), "w must be a contiguous"),
+        (lambda b: fused.Weight(b.tensors["unit_max"], b, 0), "w overlaps a metric block"),
         (
-            lambda t: t.update(grad_norm=torch.zeros(1)),
-            "grad_norm must be a contiguous torch.float64",
+            lambda b: fused.Weight(torch.ones(8, 8), b, 0).update_with_norms(
+                torch.ones(8, 8).double(), 0.1, 0
+            ),
+            "grad must be a contiguous torch.float32",
+        ),
+        (
+            lambda b: fused.Weight(torch.ones(8, 8), b, 0).update_with_norms(
+                torch.ones(8, 8).t(), 0.1, 0
+            ),
+            "grad must be a contiguous torch.float32",
+        ),
+        (
+            lambda b: fused.Weight(torch.ones(8, 8), b, 0).update_with_norms(
+                torch.ones(10), 0.1, 0
+            ),
+            "grad has 10 elements, 64 expected",
+        ),
+        (
+            lambda b: (w := torch.ones(8, 8), fused.Weight(w, b, 0).update_with_norms(w, 0.1, 0)),
+            "w overlaps grad",
+        ),
+        (
+            lambda b: fused.Weight(torch.ones(8, 8), b, 0).update_with_norms(
+                torch.ones(8, 8), 0.1, 4
+            ),
+            "row 4 of 4",
+        ),
+        (lambda b: fused.Weight(torch.ones(8, 8), b, 2), "weight 2 of 2"),
+        (
+            lambda b: fused.layer_counts(torch.ones(4, 3), torch.ones(2, 3), b, 0, 0),
+            "pre and post must be one (rows, 3) shape",
+        ),
+        (
+            lambda b: fused.layer_counts(b.tensors["unit_max"], b.tensors["unit_max"], b, 0, 0),
+            "pre overlaps a block it would write",
+        ),
+        (
+            lambda b: fused.layer_counts(torch.ones(2, 3), torch.ones(2, 3), b, 0, 1),
+            "pre and post must be one (rows, -1) shape",
         ),
     ],
 )
-def test_the_kernel_refuses_what_it_cannot_safely_touch(change, message):
+def test_the_kernel_refuses_what_it_cannot_safely_touch(call, message):
     if fused._fused is None:
         pytest.fail("reluexp._fused was not built: is a C compiler installed?")
-    norms = torch.zeros(2, dtype=torch.float64)
-    tensors = {
-        "w": torch.ones(8, 8),
-        "grad": torch.ones(8, 8),
-        "grad_norm": norms[0],
-        "weight_norm": norms[1],
-    }
-    change(tensors)
     with pytest.raises(ValueError, match=re.escape(message)):
-        fused.update_with_norms(lr=0.1, **tensors)
-    pre = torch.ones(4, 3)
-    with pytest.raises(ValueError, match="pre and post must be one"):
-        fused.layer_counts(pre, pre[:2], torch.zeros(3), torch.zeros(3), norms[0])
-    with pytest.raises(ValueError, match="unit_max overlaps pre"):
-        fused.layer_counts(pre, pre, pre[0], torch.zeros(3), norms[0])
+        call(kernel_blocks())
+
+
+def test_the_kernel_refuses_blocks_that_overlap_and_a_weight_that_moved():
+    if fused._fused is None:
+        pytest.fail("reluexp._fused was not built: is a C compiler installed?")
+    shared = torch.zeros(4, 6)
+    exact = {"dtype": torch.float64}
+    with pytest.raises(ValueError, match="unit_min overlaps another block"):
+        fused.Blocks(torch.zeros(4, 2, **exact), torch.zeros(4, 4, **exact), shared, shared, [6])
+    blocks = kernel_blocks()
+    w = torch.ones(2, 2)
+    weight = fused.Weight(w, blocks, 0)
+    w.set_(torch.ones(2, 2).untyped_storage())
+    with pytest.raises(ValueError, match="w's storage changed"):
+        weight.update_with_norms(torch.ones(2, 2), 0.1, 0)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps")

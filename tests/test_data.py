@@ -1,0 +1,197 @@
+"""Beyond the article's random data: digits, a file, a loader of the user's; minibatches, a
+held-out split and accuracy; activations that learn, trained and resumed like the weights."""
+
+import builtins
+import json
+import math
+import os
+import signal
+
+import numpy
+import pytest
+import torch
+
+from reluexp import progress, train
+from reluexp.config import Config, ConfigError, DataName
+from reluexp.events import read_scalars
+from reluexp.hydra_glue import compose_config, task_config
+
+pytestmark = pytest.mark.compat
+
+
+def digits_config(**fields) -> Config:
+    config = task_config(compose_config(["data=digits", "device=cpu", "steps=300"]))
+    for key, value in fields.items():
+        setattr(config, key, value)
+    return config
+
+
+def summary(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_digits_reach_a_held_out_accuracy_the_same_for_the_same_seed(tmp_path):
+    accuracies = {}
+    for name, target in [("myrelu", "reluexp.functions.MyReLU"), ("relu", "torch.relu")]:
+        config = digits_config()
+        config.activation.name, config.activation.target = name, target
+        train.run(config, tmp_path / name)
+        state = summary(tmp_path / name)
+        assert state["status"] == "completed"
+        accuracies[name] = state["val_accuracy"]
+        # 360 held-out images of 1,797; the best pass and the last batch's accuracy recorded.
+        assert state["best_val_accuracy"] >= state["val_accuracy"]
+        assert 0 <= state["best_val_accuracy_step"] <= 299
+        assert 0.8 < state["train_accuracy"] <= 1.0
+    # Digits hold no exact-zero pre-activation: the two ReLUs train identically.
+    assert accuracies["myrelu"] == accuracies["relu"] > 0.93
+    # Streamed: the batch's accuracy every step, the validation pass every eval_every steps.
+    scalars = read_scalars(tmp_path / "relu", ["accuracy/train", "loss/val", "accuracy/val"])
+    assert len(scalars["accuracy/train"]) == 300
+    assert sorted(scalars["accuracy/val"]) == [*range(0, 300, 10), 299]
+    assert scalars["accuracy/val"][299] == pytest.approx(accuracies["relu"])
+
+
+def interrupted_at(step: int, config: Config, run_dir, monkeypatch) -> None:
+    """The run stopped by a SIGINT at a step boundary, as Ctrl-C leaves it: checkpointed."""
+    update = progress.Progress.update
+
+    def signal_at(self, reached):
+        if reached == step:
+            os.kill(os.getpid(), signal.SIGINT)
+        update(self, reached)
+
+    monkeypatch.setattr(progress.Progress, "update", signal_at)
+    with pytest.raises(train.Interrupted):
+        train.run(config, run_dir)
+    monkeypatch.setattr(progress.Progress, "update", update)
+
+
+def test_minibatches_resume_to_the_same_series(tmp_path, monkeypatch):
+    train.run(digits_config(steps=40), tmp_path / "whole")
+    # The batches of epoch e are drawn from the seed and e only: a resumed run sees the batches
+    # the uninterrupted one saw (27 batches an epoch: the resume is mid-epoch).
+    interrupted_at(30, digits_config(steps=40), tmp_path / "split", monkeypatch)
+    assert summary(tmp_path / "split")["steps_done"] == 30
+    train.resume(tmp_path / "split")
+    tags = ["loss/train", "accuracy/train", "loss/val", "accuracy/val"]
+    assert read_scalars(tmp_path / "whole", tags) == read_scalars(tmp_path / "split", tags)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt"])
+def test_a_file_of_ones_own_classification_and_regression(tmp_path, suffix):
+    generator = numpy.random.default_rng(0)
+    x = generator.normal(size=(200, 5)).astype(numpy.float32)
+    labels = (x[:, 0] > 0).astype(numpy.int64)  # learnable: the sign of the first input
+    values = (x @ numpy.arange(5, dtype=numpy.float32))[:, None]
+    # The summed squared error over 150 examples takes a far smaller step than cross-entropy.
+    for task, y, lr in [("classification", labels, 0.1), ("regression", values, 1e-4)]:
+        path = tmp_path / f"{task}{suffix}"
+        if suffix == ".npz":
+            numpy.savez(path, x=x[:150], y=y[:150], x_val=x[150:], y_val=y[150:])
+        else:
+            tensors = {"x": x[:150], "y": y[:150], "x_val": x[150:], "y_val": y[150:]}
+            torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, path)
+        config = task_config(
+            compose_config(
+                ["data=file", f"data.path={path}", "model.init=scaled", f"lr={lr}", "steps=100"]
+            )
+        )
+        config.device = "cpu"
+        train.run(config, tmp_path / task)
+        state = summary(tmp_path / task)
+        assert state["status"] == "completed", state
+        if task == "classification":
+            assert state["val_accuracy"] > 0.85  # 50 held-out examples, given
+        else:
+            assert math.isnan(state["val_accuracy"]) and state["val_loss"] < state["min_loss"] * 50
+
+
+def torchvision_mnist_format():
+    """What a torchvision MNIST loader hands over (uint8 images (N, 28, 28), int64 targets),
+    flattened as the README's loader does; made here, offline, without torchvision."""
+    generator = torch.Generator().manual_seed(0)
+    targets = torch.randint(0, 10, (300,), generator=generator)
+    images = torch.zeros(300, 28, 28, dtype=torch.uint8)
+    for row in range(2):  # two rows of the image give the class away
+        images[torch.arange(300), targets * 2 + row, :] = 255
+    noise = torch.randint(0, 40, (300, 28, 28), generator=generator, dtype=torch.uint8)
+    images = (images.int() + noise).clamp(max=255).to(torch.uint8)
+    x = images.flatten(1).float() / 255
+    return x[:250], targets[:250], x[250:], targets[250:]
+
+
+def test_a_loader_of_ones_own_in_torchvisions_format(tmp_path):
+    config = task_config(
+        compose_config(
+            [
+                "data=callable",
+                "data.loader=tests.test_data.torchvision_mnist_format",
+                "data.batch_size=50",
+                "model.init=scaled",
+                "lr=0.1",
+                "steps=200",
+            ]
+        )
+    )
+    config.device = "cpu"
+    train.run(config, tmp_path)
+    state = summary(tmp_path)
+    assert state["status"] == "completed" and state["val_accuracy"] > 0.9
+    assert state["config"]["data"]["name"] == DataName.callable.value
+
+
+def test_data_mistakes_are_one_line(tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def without_sklearn(name, *args, **kwargs):
+        if name.startswith("sklearn"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_sklearn)
+    with pytest.raises(ConfigError, match=r"pip install 'reluexp\[data\]'"):
+        train.run(digits_config(), tmp_path / "digits")
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    config = digits_config(loss="squared_error")
+    with pytest.raises(ConfigError, match="loss=squared_error: the data's targets are class"):
+        train.run(config, tmp_path / "loss")
+    numpy.savez(tmp_path / "bad.npz", features=numpy.zeros((3, 2)))
+    config = task_config(compose_config(["data=file", f"data.path={tmp_path / 'bad.npz'}"]))
+    with pytest.raises(ConfigError, match="needs arrays named x and y"):
+        train.run(config, tmp_path / "file")
+
+
+def prelu_config(target: str, **fields) -> Config:
+    config = Config(device="cpu", steps=200, lr=1e-4, **fields)
+    config.model.init = "scaled"
+    config.activation.name, config.activation.target = "prelu", target
+    config.activation.reference = "torch.nn.PReLU"
+    return config
+
+
+def test_a_learnable_prelu_trains_like_the_builtin_and_its_slope_moves(tmp_path):
+    train.run(prelu_config("reluexp.functions.PReLU"), tmp_path / "custom")
+    train.run(prelu_config("torch.nn.PReLU"), tmp_path / "builtin")
+    tags = ["loss/train", "activation_param/weight"]
+    custom, builtin = (
+        read_scalars(tmp_path / "custom", tags),
+        read_scalars(tmp_path / "builtin", tags),
+    )
+    slope = list(custom["activation_param/weight"].values())
+    assert slope[0] != 0.25 and abs(slope[-1] - 0.25) > 1e-3  # the slope trains
+    for tag in tags:
+        torch.testing.assert_close(
+            torch.tensor(list(custom[tag].values())),
+            torch.tensor(list(builtin[tag].values())),
+            rtol=1e-4,
+            atol=0,
+        )
+
+
+def test_a_learnable_activation_resumes_bit_for_bit(tmp_path, monkeypatch):
+    train.run(prelu_config("reluexp.functions.PReLU"), tmp_path / "whole")
+    interrupted_at(100, prelu_config("reluexp.functions.PReLU"), tmp_path / "split", monkeypatch)
+    train.resume(tmp_path / "split")
+    tags = ["loss/train", "activation_param/weight"]
+    assert read_scalars(tmp_path / "whole", tags) == read_scalars(tmp_path / "split", tags)
