@@ -33,6 +33,8 @@ class RunState:
     step: int = 0
     min_loss: float = math.inf
     final_loss: float = math.nan
+    # The loss of step 0: how far the run moved.
+    first_loss: float = math.nan
     # Logged steps so far whose pre-activations held an exact 0.0.
     steps_with_exact_zeros: int = 0
     # With a validation split: the last pass's loss and accuracy, the best accuracy and its
@@ -88,6 +90,7 @@ def build_state(
         state.step = checkpoint["step"]
         state.min_loss = checkpoint["min_loss"]
         state.final_loss = checkpoint["final_loss"]
+        state.first_loss = checkpoint.get("first_loss", math.nan)
         state.steps_with_exact_zeros = checkpoint.get("steps_with_exact_zeros", 0)
         state.evaluation = dict(checkpoint.get("evaluation", {}))
         state.earlier_wall_time_s = checkpoint["wall_time_s"]
@@ -114,6 +117,7 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
             "config": config_dict(config),
             "min_loss": state.min_loss,
             "final_loss": state.final_loss,
+            "first_loss": state.first_loss,
             "steps_with_exact_zeros": state.steps_with_exact_zeros,
             "evaluation": state.evaluation,
             "wall_time_s": state.wall_time_s,
@@ -136,8 +140,8 @@ def check_checkpoint(
     step = checkpoint.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= config.steps:
         refuse("step", f"is {step!r}: must be a whole number from 0 to {config.steps}")
-    for name in ("min_loss", "final_loss"):
-        if not number(checkpoint.get(name)):
+    for name in ("min_loss", "final_loss", "first_loss"):
+        if not number(checkpoint.get(name, math.nan)):
             refuse(name, f"is {checkpoint.get(name)!r}: must be a number")
     zeros = checkpoint.get("steps_with_exact_zeros", 0)
     if not isinstance(zeros, int) or isinstance(zeros, bool) or not 0 <= zeros <= step:

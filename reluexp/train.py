@@ -48,6 +48,14 @@ loss_log = logging.getLogger("reluexp.losses")
 file_log = logging.getLogger("reluexp.logfile")
 
 
+# A completed run whose loss moved by less than this fraction, over at least this many steps,
+# gets a warning: it trained in name only.
+STALL_FRACTION = 0.01
+STALL_STEPS = 2
+# Where an optimizer's lr usually lies: an lr ten times below gets named as the likely cause.
+USUAL_LR = {Optimizer.adam: (1e-4, 1e-2)}
+
+
 class Interrupted(Exception):
     """The run stopped at a step boundary on a signal, checkpointed; exit with 128 + signum."""
 
@@ -131,6 +139,25 @@ class Recorder:
                     "every unit is 0 on the whole batch, no gradient passes it",
                 )
 
+    def check_progress(self) -> None:
+        """A run whose loss barely moved looks `completed`: say so, with the likely cause."""
+        state, config = self.state, self.config
+        first, last = state.first_loss, state.final_loss
+        if state.step < STALL_STEPS or not (math.isfinite(first) and math.isfinite(last)):
+            return
+        moved = (last - first) / abs(first) if first else math.inf
+        if abs(moved) >= STALL_FRACTION:
+            return
+        consequence = f"{first:.4g} to {last:.4g} ({moved:+.2%}) in {state.step} steps"
+        usual = USUAL_LR.get(Optimizer(config.optimizer))
+        if usual is not None and config.lr < usual[0] / 10:
+            name = Optimizer(config.optimizer).value
+            consequence += (
+                f"; lr={config.lr:g} is far below {name}'s usual range ({usual[0]:g} to "
+                f"{usual[1]:g})"
+            )
+        self.warn("loss barely moved", 0, consequence)
+
     @property
     def stopped(self) -> bool:
         return self.diverged_at is not None and self.config.stop_on_divergence
@@ -169,6 +196,8 @@ class Recorder:
                 # The article's line (step, repr of the loss), from the flushed value: no .item().
                 loss_log.info("%d %r", step, row[0])
         self.state.final_loss = rows[-1][0]
+        if block.steps[0] == 0:
+            self.state.first_loss = rows[0][0]
         return Collected(block, *evaluations)
 
     def collect_evaluations(self) -> tuple[list[int], list[list[float]]]:
@@ -492,6 +521,8 @@ def _run(
             progress.close()
     summary.diverged_at_step = recorder.diverged_at
     status = "completed" if recorder.diverged_at is None else "diverged"
+    if status == "completed":
+        recorder.check_progress()
     finish(training, summary, start_step, status)
     if recorder.diverged_at is not None:
         log.warning("diverged: non-finite loss at step %d", recorder.diverged_at)

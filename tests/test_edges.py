@@ -166,6 +166,21 @@ def test_a_dead_network_gets_warnings_and_a_healthy_one_none(tmp_path):
     assert summary(tmp_path / "alive")["warnings"] == []
 
 
+def test_a_run_that_barely_moves_warns_once_with_the_likely_cause(tmp_path):
+    # The issue's case: adam at the default lr=1e-6 moves the loss by about 0.3% in two steps.
+    stalled = Config(device="cpu", steps=3, optimizer="adam")
+    train.run(stalled, tmp_path / "adam")
+    record = summary(tmp_path / "adam")
+    assert record["status"] == "completed"
+    [warning] = record["warnings"]
+    assert warning.startswith("loss barely moved from step 0: ")
+    assert "lr=1e-06 is far below adam's usual range (0.0001 to 0.01)" in warning
+    # Plain SGD at the same lr barely moves too, but no usual range is known: no cause named.
+    train.run(Config(device="cpu", steps=3, lr=1e-9), tmp_path / "sgd")
+    [warning] = summary(tmp_path / "sgd")["warnings"]
+    assert warning.startswith("loss barely moved") and "usual range" not in warning
+
+
 def fake_sweep(sweep_dir: Path, jobs: dict[str, Config | None]) -> None:
     """Job directories as Hydra lays them out, trained in-process (None: never trained)."""
     for number, (overrides, config) in enumerate(jobs.items()):
