@@ -1,5 +1,8 @@
 """`python -m reluexp`: the Hydra app. Compose the typed config, run it in its run dir, and say
-in one line on stderr how it ended."""
+in one line on stderr how it ended.
+
+torch is imported where a run starts, not here: `--help` and a mistyped key answer without it
+(importing torch takes about a second)."""
 
 import contextlib
 import logging
@@ -20,13 +23,9 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp import train
-from reluexp.activations import resolve_activation
 from reluexp.config import Config, ConfigError, validate
-from reluexp.device import check_memory, resolve_device
 from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_config
-from reluexp.process import slurm_job_id
-from reluexp.slurm import check_slurm_resources
+from reluexp.slurm import check_slurm_resources, slurm_job_id
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
 from reluexp.sweep import count_jobs, job_line, write_sweep_summary
 from reluexp.workers import in_worker_processes, stop_workers_on_signals
@@ -90,6 +89,9 @@ class Lifecycle(Callback):
     after its jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from reluexp.activations import resolve_activation
+        from reluexp.device import check_memory, resolve_device
+
         with start_up_checks():
             check_job_name(config.hydra.job.name)
             if config.resume is not None:
@@ -259,6 +261,8 @@ def task(cfg: DictConfig) -> float:
 def run_job(config: Config, hydra_config: DictConfig) -> float:
     """One run or sweep job. Its outcome reaches stderr in one line (a sweep's job lines come
     from Lifecycle); a failure in a sweep is a result, recorded, and the other jobs run."""
+    from reluexp import train
+
     run_dir = Path(hydra_config.runtime.output_dir)
     overrides = list(hydra_config.overrides.task)
     single = hydra_config.mode != RunMode.MULTIRUN

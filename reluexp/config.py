@@ -1,8 +1,10 @@
 """Typed config schema and its range checks (Hydra knows the schema through hydra_glue)."""
 
+import ast
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -18,15 +20,20 @@ class Dtype(str, Enum):
 
 
 class Optimizer(str, Enum):
-    # The seed's `w -= lr * w.grad`; torch.optim.SGD rounds differently, so it is its own option.
+    # manual: the seed's `w -= lr * w.grad`; sgd: torch.optim.SGD (it rounds differently);
+    # adam: torch.optim.Adam.
     manual = "manual"
     sgd = "sgd"
     adam = "adam"
 
 
+# The comment above each field is the key's meaning that --help prints (key_meanings()).
+# Defaults: the reference experiment's, for train.run() callers.
+
+
 @dataclass
 class ActivationConfig:
-    # Defaults: the reference experiment's (conf/activation/myrelu.yaml), for train.run() callers.
+    # The activation's name in run directories, summaries and reports (its conf/activation file).
     name: str = "myrelu"
     # Dotted path to an autograd Function, an nn.Module class or a plain function.
     target: str | None = "reluexp.functions.MyReLU"
@@ -41,8 +48,8 @@ class ActivationConfig:
 
 
 class DataName(str, Enum):
-    # The article's random regression; scikit-learn's bundled 8x8 digits; a file of the user's
-    # (.npz or .pt with x, y, optionally x_val, y_val); a function of the user's returning them.
+    # random: the article's regression on noise; digits: scikit-learn's bundled 8x8 digits; file:
+    # the user's .npz or .pt (x, y, optionally x_val, y_val); callable: a function returning them.
     random = "random"
     digits = "digits"
     file = "file"
@@ -51,13 +58,17 @@ class DataName(str, Enum):
 
 @dataclass
 class DataConfig:
+    # Where the examples come from (the data= group sets it with its own defaults).
     name: DataName = DataName.random
-    # The random data's sizes (the others bring their own).
+    # The random data's number of examples (the others bring their own).
     n: int = 64
+    # The random data's input features.
     d_in: int = 1000
+    # The random data's output values.
     d_out: int = 10
     # data=file: the path of a .npz or .pt; data=callable: the dotted path of the function.
     path: str | None = None
+    # data=callable: the dotted path of a function returning x, y (and x_val, y_val) tensors.
     loader: str | None = None
     # Examples per step, a new seeded order each epoch; null: the full batch every step.
     batch_size: int | None = None
@@ -74,15 +85,16 @@ class Loss(str, Enum):
 
 
 class Init(str, Enum):
-    # The seed's torch.randn weights; `scaled` multiplies them by sqrt(2 / fan_in).
+    # randn: the seed's torch.randn weights; scaled: randn times sqrt(2 / fan_in).
     randn = "randn"
     scaled = "scaled"
 
 
 @dataclass
 class ModelConfig:
-    # An int (one hidden layer) or a list of ints (a deeper MLP); checked by validate().
+    # An int (one hidden layer's width) or a list of ints (a deeper MLP).
     hidden: Any = 100
+    # How the weights start.
     init: Init = Init.randn
     # A bias per layer (zeros at the start), trained with the weights; the article has none.
     bias: bool = False
@@ -93,18 +105,27 @@ class Config:
     activation: ActivationConfig = field(default_factory=ActivationConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    # The learning rate.
     lr: float = 1e-6
+    # Training steps (one batch each).
     steps: int = 500
+    # Seeds the data, the weights and the batch order: the same seed, the same run.
     seed: int = 42
+    # cpu, cuda, cuda:N, mps, or auto (cuda when there is one, else cpu).
     device: str = "auto"
+    # The weights' and the data's floating-point type.
     dtype: Dtype = Dtype.float32
+    # The weight update.
     optimizer: Optimizer = Optimizer.manual
+    # The objective.
     loss: Loss = Loss.auto
     # Steps between validation passes, when the data has a validation split (and at the last).
     eval_every: int = 10
-    # torch intra-op threads; None keeps torch's default.
+    # torch intra-op threads; null keeps torch's default.
     threads: int | None = None
+    # Steps between the values streamed to TensorBoard (loss, gradient and weight norms).
     log_every: int = 1
+    # Steps between the article's `step loss` lines on stdout.
     print_every: int = 100
     # Steps between checkpoints (0: only at the end and on SIGINT/SIGTERM).
     checkpoint_every: int = 0
@@ -114,9 +135,9 @@ class Config:
     resume: str | None = None
     # torch.compile the forward and loss (and so their backward); numbers then differ slightly.
     compile: bool = False
-    # quiet: no progress and no loss lines (warnings, errors and the closing line remain);
-    # verbose: debug lines too (flushes, checkpoints).
+    # No progress and no loss lines (warnings, errors and the closing line remain).
     quiet: bool = False
+    # Debug lines too (flushes, checkpoints).
     verbose: bool = False
 
     def prints_at(self, step: int) -> bool:
@@ -201,3 +222,52 @@ def config_dict(config: Config) -> dict[str, Any]:
 def config_from_dict(values: dict[str, Any]) -> Config:
     """The inverse of config_dict(), type-checked against the schema."""
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), values))
+
+
+def key_meanings() -> dict[str, str]:
+    """Every key of the schema, dotted (`data.batch_size`), with the comment above its field in
+    this file, and for a choice its options (the comment above the choice's first option, or
+    their names): what --help prints, from the one copy."""
+    source = Path(__file__).read_text()
+    lines = source.splitlines()
+
+    def comment_above(line_number: int) -> str:
+        found: list[str] = []
+        index = line_number - 2
+        while index >= 0 and lines[index].strip().startswith("#"):
+            found.insert(0, lines[index].strip().removeprefix("#").strip())
+            index -= 1
+        return " ".join(found)
+
+    # class name -> field or option name -> the comment above it
+    comments: dict[str, dict[str, str]] = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        comments[node.name] = {}
+        for statement in node.body:
+            if isinstance(statement, ast.AnnAssign):  # a dataclass field
+                name = statement.target
+            elif isinstance(statement, ast.Assign):  # an Enum option
+                name = statement.targets[0]
+            else:
+                continue
+            comments[node.name][name.id] = comment_above(statement.lineno)
+
+    meanings: dict[str, str] = {}
+
+    def walk(schema: type, prefix: str) -> None:
+        for schema_field in fields(schema):
+            kind = schema_field.type
+            key = prefix + schema_field.name
+            if is_dataclass(kind):
+                walk(kind, f"{key}.")
+                continue
+            meaning = comments[schema.__name__].get(schema_field.name, "")
+            if isinstance(kind, type) and issubclass(kind, Enum):
+                first = next(iter(comments[kind.__name__].values()))
+                meaning += " " + (first or f"One of: {', '.join(option.value for option in kind)}.")
+            meanings[key] = meaning.strip()
+
+    walk(Config, "")
+    return meanings

@@ -2,21 +2,25 @@
 configs are, the resolvers they use, the named studies, and composition errors as one line."""
 
 import copy
+import json
 import os
 import re
+import textwrap
 from datetime import datetime
+from enum import Enum
 from importlib import resources
 
 import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.reluexp_launcher import launchers
-from reluexp.config import Config
+from reluexp.config import Config, key_meanings
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
 # wheel finds them from any directory, and an editable install finds the repository's.
@@ -49,6 +53,34 @@ OmegaConf.register_new_resolver(
     lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",
     use_cache=True,
 )
+
+
+def help_launchers() -> str:
+    """--help's lines for the groups that choose where a sweep's jobs run and which points it
+    tries: Hydra's installed options, as `hydra/launcher: basic, joblib, ...`."""
+    loader = GlobalHydra.instance().config_loader()
+    return "".join(
+        f"{group}: {', '.join(sorted(loader.get_group_options(group)))}\n"
+        for group in ("hydra/launcher", "hydra/sweeper")
+    )
+
+
+def help_keys(_root_: DictConfig) -> str:
+    """--help's keys: each as `key=value` with this command's value, then its meaning."""
+    lines = []
+    for key, meaning in key_meanings().items():
+        value = OmegaConf.select(_root_, key)
+        if isinstance(value, DictConfig | ListConfig):
+            value = OmegaConf.to_container(value)
+        text = value.value if isinstance(value, Enum) else value
+        lines.append(f"{key}={text if isinstance(text, str) else json.dumps(text)}")
+        lines += textwrap.wrap(meaning, 96, initial_indent="    ", subsequent_indent="    ")
+    # Hydra fills the template with string.Template, to which `$` is a placeholder.
+    return "\n".join(lines).replace("$", "$$")
+
+
+OmegaConf.register_new_resolver("help_launchers", help_launchers)
+OmegaConf.register_new_resolver("help_keys", help_keys)
 
 # reluexp's launcher plugin, registered with Hydra here: Hydra finds plugins by listing its
 # `hydra_plugins` namespace, which an editable install's import hook cannot list. After Hydra's

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from reluexp.slurm import slurm_job_id
+
 # glibc's mallopt parameters (malloc.h) and the defaults it starts with.
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 GLIBC_DEFAULTS = {M_TRIM_THRESHOLD: 128 * 1024, M_MMAP_MAX: 65536}
@@ -48,14 +50,6 @@ def keep_freed_memory() -> Iterator[None]:
     finally:
         if applied:
             set_malloc(GLIBC_DEFAULTS, release_free_memory=True)
-
-
-def slurm_job_id() -> str | None:
-    """This process's SLURM job (`<array job>_<task>` for an array task), None outside SLURM."""
-    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if array_job and task:
-        return f"{array_job}_{task}"
-    return os.environ.get("SLURM_JOB_ID")
 
 
 def stop_signals() -> tuple[int, ...]:

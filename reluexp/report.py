@@ -22,8 +22,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import OmegaConf
 
-from reluexp.checkpoint import CHECKPOINT_NAME
 from reluexp.events import read_scalars, write_derived_scalars, write_loss_difference
+from reluexp.rundir import CHECKPOINT_NAME
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
 from reluexp.tags import GROUP, LOSS
 

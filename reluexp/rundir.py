@@ -12,6 +12,7 @@ from types import TracebackType
 from reluexp.config import ConfigError
 
 LOCK_NAME = ".reluexp.lock"
+CHECKPOINT_NAME = "checkpoint.pt"
 
 
 @contextmanager

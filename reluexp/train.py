@@ -34,9 +34,10 @@ from reluexp.device import check_memory, resolve_device
 from reluexp.events import EventWriter
 from reluexp.metrics import MetricRows, MetricStream
 from reluexp.model import forward
-from reluexp.process import StopSignals, job_environment, slurm_job_id
+from reluexp.process import StopSignals, job_environment
 from reluexp.progress import Progress
 from reluexp.rundir import DiskReserve, hold_run
+from reluexp.slurm import slurm_job_id
 from reluexp.state import RunState, build_state, check_checkpoint, save_state, seeded_data
 from reluexp.summary import RunSummary, SummaryError
 from reluexp.update import WeightUpdate

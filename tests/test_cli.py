@@ -186,6 +186,28 @@ def test_console_script_is_the_module(tmp_path):
     assert "experiment: custom_vs_builtin, digits_custom_vs_builtin, lr_search" in help_text
 
 
+def test_help_teaches_each_key_and_the_launchers_without_importing_torch(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "reluexp", "--help", "data=digits"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    # This command's values (data=digits' batch), each with its meaning from the schema.
+    assert "\ndata.batch_size=128\n    Examples per step, a new seeded order each epoch" in (
+        result.stdout
+    )
+    assert "\nlr=0.1\n    The learning rate.\n" in result.stdout
+    assert "\nhydra/launcher: basic, joblib, slurm, submitit_local, submitit_slurm\n" in (
+        result.stdout
+    )
+    assert "\nhydra/sweeper: basic" in result.stdout
+    imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines()]
+    assert "reluexp.config" in imported and "torch" not in imported
+
+
 def test_a_run_ends_with_one_closing_line(tmp_path):
     result = run_cli("steps=3", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     last = result.stderr.strip().splitlines()[-1]

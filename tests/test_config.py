@@ -6,10 +6,11 @@ from dataclasses import asdict
 import pytest
 import torch
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 
 from reluexp import hydra_glue
 from reluexp.activations import resolve_activation
-from reluexp.config import Config, ConfigError, Dtype, validate
+from reluexp.config import Config, ConfigError, Dtype, config_dict, key_meanings, validate
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.compat
@@ -122,8 +123,10 @@ def test_bad_hidden_sizes(hidden, message):
 
 
 def help_training_examples() -> list[list[str]]:
-    """The single-run training examples of `--help` (conf/config.yaml's help template)."""
-    template = hydra_glue.compose_config([]).hydra.help.template
+    """The single-run training examples of `--help` (conf/config.yaml's help template, its
+    generated parts left unresolved)."""
+    help_config = hydra_glue.compose_config([]).hydra.help
+    template = OmegaConf.to_container(help_config, resolve=False)["template"]
     examples = []
     for line in template.splitlines():
         command = line.split("#")[0].split()
@@ -144,6 +147,23 @@ def test_every_help_example_trains(tmp_path, overrides):
     assert summary["status"] == "completed" and summary["warnings"] == []
     losses = read_scalars(tmp_path, ["loss/train"])["loss/train"]
     assert losses[199] < losses[0] / 1000
+
+
+def test_every_key_has_a_meaning_for_help():
+    """A new field without a comment above it fails here, before --help shows it bare."""
+    meanings = key_meanings()
+
+    def keys(values: dict, prefix: str = "") -> list[str]:
+        found = []
+        for name, value in values.items():
+            is_group = isinstance(value, dict) and name != "params"
+            found += keys(value, f"{prefix}{name}.") if is_group else [prefix + name]
+        return found
+
+    assert list(meanings) == keys(config_dict(Config()))
+    assert all(meanings.values()), [key for key, meaning in meanings.items() if not meaning]
+    assert meanings["dtype"].endswith("One of: float32, float64.")
+    assert meanings["model.init"].startswith("How the weights start. randn: the seed's")
 
 
 def test_help_has_the_deeper_example():
