@@ -8,7 +8,6 @@ import contextlib
 import logging
 import math
 import os
-import shlex
 import signal
 import sys
 from collections.abc import Iterator
@@ -25,9 +24,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from reluexp.config import Config, ConfigError, validate
 from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_config
+from reluexp.rundir import shown_path
 from reluexp.slurm import check_slurm_resources, slurm_job_id
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
-from reluexp.sweep import count_jobs, job_line, write_sweep_summary
+from reluexp.sweep import job_line, loss_lines_labelled, sweep_plan, write_sweep_summary
 from reluexp.workers import in_worker_processes, stop_workers_on_signals
 
 log = logging.getLogger("reluexp")
@@ -125,11 +125,12 @@ class Lifecycle(Callback):
             summary = RunSummary.read(run_dir)
         except SummaryError:
             summary = RunSummary(status="failed", overrides=list(job_return.overrides))
-        print(job_line(config.hydra.job.num, count_jobs(config), summary), file=sys.stderr)
+        plan = sweep_plan(Path(config.hydra.sweep.dir))
+        print(job_line(config.hydra.job.num, plan, summary), file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """The sweep's summary. A job that failed, or never ran, makes the sweep exit 1 once
-        every job has ended."""
+        """The sweep's summary and closing line. A job that failed, or never ran, makes the
+        sweep exit 1 once every job has ended."""
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
         if any(job.summary.status in ("failed", "not started", "unreadable") for job in jobs):
             sys.exit(1)
@@ -175,20 +176,20 @@ def threads_for(hydra_config: DictConfig) -> int | None:
 def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
     """The run's outcome in one line: its directory, how to resume it, how to see it."""
     summary = summary or RunSummary.read(run_dir)
-    shown = Path(os.path.relpath(run_dir)) if run_dir.is_relative_to(Path.cwd()) else run_dir
-    quoted = shlex.quote(str(shown))
+    shown = shown_path(run_dir)
     line = f"reluexp: {summary.status}"
     if summary.steps_done is not None:
         line += f" after {summary.steps_done} steps"
     if summary.status == "failed":
-        line += f": {summary.error}. Run dir: {shown} (traceback in {shown / 'reluexp.log'})."
+        log_file = shown_path(run_dir / "reluexp.log")
+        line += f": {summary.error}. Run dir: {shown} (traceback in {log_file})."
     else:
         line += f", final loss {summary.final_loss!r}. Run dir: {shown}."
     if summary.warnings:
         line += f" Warnings: {'; '.join(summary.warnings)}."
     if summary.status == "interrupted":
-        line += f" Resume: python -m reluexp resume={quoted}."
-    return f"{line} Dashboard: tensorboard --logdir {quoted}"
+        line += f" Resume: python -m reluexp resume={shown}."
+    return f"{line} Dashboard: tensorboard --logdir {shown}"
 
 
 def hydra_quoted_resume(arg: str) -> str:
@@ -254,7 +255,11 @@ def task(cfg: DictConfig) -> float:
     hydra_config = HydraConfig.get()
     if config.threads is None:
         config.threads = threads_for(hydra_config)
-    with log_level(config):
+    labelled = contextlib.nullcontext()
+    if hydra_config.mode == RunMode.MULTIRUN:
+        plan = sweep_plan(Path(hydra_config.sweep.dir))
+        labelled = loss_lines_labelled(hydra_config.job.num, plan)
+    with log_level(config), labelled:
         return run_job(config, hydra_config)
 
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from reluexp.hydra_glue import job_number
 from reluexp.slurm import ENDED_STATES, GONE, slurm_states
 from reluexp.summary import RunSummary, SummaryError, record_lost
-from reluexp.sweep import count_jobs, job_line
+from reluexp.sweep import job_line, sweep_plan
 
 POLL_SECONDS = 1.0
 
@@ -71,7 +71,7 @@ class JobFollower:
 
     def __init__(self, config: DictConfig, jobs: list[Job], on_slurm: bool):
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
-        self.total = count_jobs(config)
+        self.plan = sweep_plan(self.sweep_dir)
         self.quiet = bool(config.get("quiet", False))
         self.on_slurm = on_slurm
         self.pending = {job.number: job for job in jobs}
@@ -144,7 +144,7 @@ class JobFollower:
 
     def say(self, job: Job, summary: RunSummary) -> None:
         if not self.quiet:
-            print(job_line(job.number, self.total, summary), file=sys.stderr, flush=True)
+            print(job_line(job.number, self.plan, summary), file=sys.stderr, flush=True)
 
 
 def launch(launcher: Any, job_overrides: list[list[str]], initial_job_idx: int) -> list[JobReturn]:

@@ -4,6 +4,7 @@ out, and a disk reserve that keeps room for its last records."""
 import errno
 import fcntl
 import os
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,14 @@ from reluexp.config import ConfigError
 
 LOCK_NAME = ".reluexp.lock"
 CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def shown_path(directory: Path) -> str:
+    """A run's or a sweep's directory as its closing line shows it: relative below the working
+    directory, quoted for a shell where it needs to be (job directories hold `=` and `,`)."""
+    if directory.is_relative_to(Path.cwd()):
+        directory = Path(os.path.relpath(directory))
+    return shlex.quote(str(directory))
 
 
 @contextmanager

@@ -1,20 +1,57 @@
-"""What a sweep tells its terminal: a line per finished job, and its summary once it ends."""
+"""What a sweep tells its terminal: a line per finished job naming what varies across the
+sweep, its loss lines told apart by job, and one closing line once it ends."""
 
 import logging
 import math
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from reluexp import report
+from reluexp.rundir import shown_path
 from reluexp.summary import RunSummary
 
-log = logging.getLogger("reluexp")
+loss_log = logging.getLogger("reluexp.losses")
 
 
-def job_line(number: int, total: int | None, summary: RunSummary) -> str:
+@dataclass(frozen=True)
+class Plan:
+    """What multirun.yaml says of a sweep: how many jobs (None: unreadable) and the keys whose
+    value differs between them (None: a sweeper that chooses as it goes, or unreadable)."""
+
+    total: int | None
+    varying: frozenset[str] | None
+
+    def shown(self, overrides: list[str]) -> str:
+        """A job's overrides as its lines name it: only those that vary across the sweep."""
+        if self.varying is None:
+            return " ".join(overrides)
+        return " ".join(o for o in overrides if o.split("=", 1)[0] in self.varying)
+
+
+def sweep_plan(sweep_dir: Path) -> Plan:
+    planned = report.planned_jobs(sweep_dir)
+    if not isinstance(planned, list):
+        return Plan(planned, None)
+    values: dict[str, set[str]] = {}
+    for job in planned:
+        for override in job:
+            key, _, value = override.partition("=")
+            values.setdefault(key, set()).add(value)
+    return Plan(len(planned), frozenset(key for key, seen in values.items() if len(seen) > 1))
+
+
+def job_label(number: int, plan: Plan) -> str:
+    """`[3/12]`: a job's place in its sweep, on its job line and its loss lines."""
+    return f"[{number + 1}/{plan.total or '?'}]"
+
+
+def job_line(number: int, plan: Plan, summary: RunSummary) -> str:
     """A finished sweep job in one line: [3/12] activation=relu seed=1 completed loss=... ."""
-    line = f"[{number + 1}/{total or '?'}] {' '.join(summary.overrides)} {summary.status}"
+    line = f"{job_label(number, plan)} {plan.shown(summary.overrides)} {summary.status}"
     if summary.error:
         line += f": {summary.error}"
     else:
@@ -26,16 +63,37 @@ def job_line(number: int, total: int | None, summary: RunSummary) -> str:
     return line
 
 
-def count_jobs(job_config: DictConfig) -> int | None:
-    """How many jobs the sweep launches: Optuna's n_trials, or the size of the grid."""
-    planned = report.planned_jobs(Path(job_config.hydra.sweep.dir))
-    return planned if planned is None or isinstance(planned, int) else len(planned)
+@contextmanager
+def loss_lines_labelled(number: int, plan: Plan) -> Iterator[None]:
+    """A sweep job's loss lines start with its label (`[3/12] 99 427.8...`), for this job only:
+    jobs running side by side write to one stdout. A single run's stay exactly the article's."""
+    label = job_label(number, plan)
+
+    def prefix(record: logging.LogRecord) -> bool:
+        record.msg = f"{label} {record.msg}"
+        return True
+
+    loss_log.addFilter(prefix)
+    try:
+        yield
+    finally:
+        loss_log.removeFilter(prefix)
+
+
+def closing_line(sweep_dir: Path, jobs: list[report.Job]) -> str:
+    """The sweep's outcome in one line, like a single run's: its jobs by status, where the
+    summary is, how to see it."""
+    statuses = Counter(job.summary.status for job in jobs)
+    counts = ", ".join(f"{status} {n}" for status, n in sorted(statuses.items()))
+    shown = shown_path(sweep_dir)
+    return (
+        f"reluexp: sweep ended, {len(jobs)} jobs: {counts}. Sweep dir: {shown} (summary.md, "
+        f"summary.csv, loss_curves.png). Dashboard: tensorboard --logdir {shown}"
+    )
 
 
 def write_sweep_summary(sweep_dir: Path) -> list[report.Job]:
+    """The sweep's report, and its closing line on stderr."""
     jobs = report.write_report(sweep_dir)
-    failed = [job for job in jobs if job.summary.status == "failed"]
-    log.info("Sweep summary: %s", sweep_dir / "summary.md")
-    if failed:
-        log.error("%d of %d jobs failed; see %s", len(failed), len(jobs), sweep_dir / "summary.md")
+    print(closing_line(sweep_dir, jobs), file=sys.stderr, flush=True)
     return jobs

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -117,7 +118,20 @@ def test_failures_are_results_and_the_sweep_exits_nonzero(tmp_path):
         check=False,
     )
     assert result.returncode == 1
-    assert "2 of 4 jobs failed" in result.stdout + result.stderr
+    # Job lines name what varies across the sweep; the sweep ends with one closing line.
+    lines = result.stderr.strip().splitlines()
+    job_lines = [line for line in lines if re.match(r"\[\d/4\] ", line)]
+    assert job_lines[0].startswith(
+        "[1/4] activation.target=reluexp.functions.MyReLU lr=1e-06 completed"
+    )
+    assert not any("steps=" in line or "device=" in line for line in job_lines)
+    shown = sweep_dir.relative_to(tmp_path)
+    assert lines[-1] == (
+        f"reluexp: sweep ended, 4 jobs: completed 1, diverged 1, failed 2. Sweep dir: {shown} "
+        f"(summary.md, summary.csv, loss_curves.png). Dashboard: tensorboard --logdir {shown}"
+    )
+    # Loss lines on stdout carry their job's label: the completed job's step 99.
+    assert re.fullmatch(r"\[1/4\] 99 \S+\n", result.stdout)
     statuses = {job: s["status"] for job, s in job_summaries(sweep_dir).items()}
     assert sorted(statuses.values()) == ["completed", "diverged", "failed", "failed"]
     failed = [s for s in job_summaries(sweep_dir).values() if s["status"] == "failed"]
