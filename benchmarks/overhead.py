@@ -107,6 +107,14 @@ def process(*command: str) -> float:
         return time.perf_counter() - start
 
 
+def processes(commands: dict[str, list[str]], repetitions: int) -> dict[str, list[float]]:
+    """Each command's wall time as a whole process, the commands alternating."""
+    return alternate(
+        {name: lambda command=command: process(*command) for name, command in commands.items()},
+        repetitions,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=9)
@@ -166,10 +174,13 @@ def main() -> None:
                 "device=cpu",
                 f"steps={steps}",
             ]
-    whole = alternate(
-        {name: lambda command=command: process(*command) for name, command in commands.items()},
-        args.processes,
-    )
+    whole = processes(commands, args.processes)
+
+    # --help needs no torch: against the interpreter's own start-up.
+    help_commands = {"`python -c pass`": [sys.executable, "-c", "pass"]}
+    for name, python in pythons.items():
+        help_commands[f"`python -m reluexp --help`, {name}"] = [python, "-m", "reluexp", "--help"]
+    helps = processes(help_commands, args.processes)
 
     def at_threads(threads: int) -> float:
         default = torch.get_num_threads()
@@ -212,6 +223,16 @@ def main() -> None:
                 f"| {median / article:.3f} "
                 f"| {median - article:+.2f} |"
             )
+    lines += [
+        "",
+        "| help | seconds | difference to `python -c pass`, s |",
+        "| --- | --- | --- |",
+    ]
+    bare_start = statistics.median(helps["`python -c pass`"])
+    for name, samples in helps.items():
+        lines.append(
+            f"| {name} | {summarize(samples)} | {statistics.median(samples) - bare_start:+.2f} |"
+        )
     lines += [
         "",
         "Threads: the article's loop at 1 and 2 torch threads (same process, alternating).",

@@ -1,11 +1,12 @@
-"""Regenerate docs/tensorboard.png and docs/tensorboard_difference.png: the real TensorBoard
-pages for a custom_vs_builtin sweep (Custom Scalars, and the Scalars tab's difference charts).
+"""Regenerate docs/tensorboard_*.png: the real TensorBoard pages for a custom_vs_builtin sweep,
+one per tab a person reads (SHOTS).
 
     python docs/screenshot.py [SWEEP_DIR]
 
 Without SWEEP_DIR it runs `python -m reluexp -m experiment=custom_vs_builtin device=cpu` in a
-temporary directory first. The pictures show the sweep's group runs and its first seed's jobs:
-TensorBoard selects every run by default only up to 40 (the sweep has 35 jobs and 7 groups).
+temporary directory first. The pictures show the sweep's report run, its group runs and its
+first seed's jobs: TensorBoard selects every run by default only up to 40 (the sweep has 35
+jobs, 7 groups and its report).
 Needs Debian's chromium (`apt-get install chromium`). TensorBoard listens on 127.0.0.1 only and
 is stopped at the end.
 """
@@ -24,16 +25,29 @@ HERE = Path(__file__).resolve().parent
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
-    "--disable-gpu",
+    "--use-gl=angle",
+    "--use-angle=swiftshader-webgl",
+    "--ignore-gpu-blocklist",
+    "--enable-unsafe-swiftshader",
     "--disable-quic",
     "--no-first-run",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
     "--hide-scrollbars",
-    "--window-size=1500,1000",
+    "--window-size=1900,1000",
     "--virtual-time-budget=20000",
 ]
+
+
+# docs/tensorboard_<name>.png: the page, as TensorBoard's URL names it.
+SHOTS = {
+    "images": "#images",
+    "text": "#text",
+    "custom_scalars": "#custom_scalars",
+    "hparams": "#hparams",
+    "time_series": "#timeseries",
+}
 
 
 def free_port() -> int:
@@ -49,23 +63,28 @@ def sweep(workdir: Path) -> Path:
     return sweep_dir
 
 
-def wait_for_scalars(url: str, expected: int, tag: str, timeout: float = 180) -> None:
-    """Until `expected` runs hold `tag`: TensorBoard lists runs before it has read them."""
+def wait_for_scalars(url: str, expected: int, prefix: str, timeout: float = 180) -> None:
+    """Until `expected` runs hold a tag starting with `prefix`: TensorBoard lists runs before
+    it has read them."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"{url}/data/plugin/scalars/tags", timeout=5) as response:
-                if sum(tag in tags for tags in json.load(response).values()) >= expected:
+                runs = json.load(response).values()
+                if sum(any(tag.startswith(prefix) for tag in tags) for tags in runs) >= expected:
                     return
         except OSError:
             pass
         time.sleep(0.5)
-    raise SystemExit(f"TensorBoard at {url} did not load {tag} of {expected} runs in {timeout} s")
+    raise SystemExit(f"TensorBoard at {url} had no {prefix}* in {expected} runs after {timeout} s")
 
 
 def first_seed_and_groups(sweep_dir: Path, logdir: Path) -> int:
-    """Copy the group runs and the jobs of the sweep's first seed into logdir; count the jobs."""
+    """Copy the report run, the group runs and the jobs of the sweep's first seed into logdir;
+    count the jobs."""
     shutil.copytree(sweep_dir / "groups", logdir / "groups")
+    report = "events.out.tfevents.reluexp-report"
+    shutil.copy(sweep_dir / report, logdir / report)
     summaries = {
         job: json.loads((job / "summary.json").read_text())
         for job in sweep_dir.iterdir()
@@ -118,10 +137,9 @@ def main() -> None:
         )
         try:
             wait_for_scalars(url, jobs, "loss/train_log10")
-            wait_for_scalars(url, 1, "group/loss_mean_log10")
-            screenshot(f"{url}/#custom_scalars", HERE / "tensorboard.png", workdir)
-            difference = f"{url}/#scalars&tagFilter=difference&_smoothingWeight=0"
-            screenshot(difference, HERE / "tensorboard_difference.png", workdir)
+            wait_for_scalars(url, 7, "loss_over_seeds_log10/")  # the group runs
+            for name, page in SHOTS.items():
+                screenshot(f"{url}/{page}", HERE / f"tensorboard_{name}.png", workdir)
         finally:
             server.terminate()
             server.wait(timeout=30)

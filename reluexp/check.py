@@ -37,7 +37,7 @@ from reluexp.activations import (
 )
 from reluexp.checkpoint import load_checkpoint
 from reluexp.config import Config, ConfigError, Dtype, config_dict, validate
-from reluexp.events import read_scalars, write_loss_difference
+from reluexp.events import read_scalars, write_derived, write_loss_difference
 from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line, task_config
 from reluexp.summary import write_json_atomic
 
@@ -969,7 +969,11 @@ def training_parity(
             ("reference", config.activation.reference),
         )
     }
-    write_loss_difference(check_dir / "train_float32_target", check_dir / "train_float32_reference")
+    write_loss_difference(
+        check_dir / "train_float32_target",
+        check_dir / "train_float32_reference",
+        config.activation.name,
+    )
     report: dict[str, Any] = {}
     for dtype in ("float64", "float32"):
         target, reference = runs[dtype, "target"], runs[dtype, "reference"]
@@ -1230,11 +1234,16 @@ def check(config: Config, check_dir: Path, options: Options | None = None) -> in
             "cost": cost_report,
         },
     )
-    (check_dir / "check.md").write_text(markdown(subject.name, results))
+    report = markdown(subject.name, results)
+    (check_dir / "check.md").write_text(report)
+    images = {}
     try:
         plot(subject, kinks, line, check_dir / "check.png")
+        images["check/functions"] = (check_dir / "check.png").read_bytes()
     except Exception as error:  # a Function the plot cannot evaluate: the report stands
         print(f"(no check.png: {autograd_message(raised(error), subject.name)})")
+    # The picture and the table in TensorBoard too, in the check directory's own run.
+    write_derived(check_dir, "check", images=images, texts={"check/report": report})
     if config.verbose:
         print("\n".join(table(results)))
     for text in summary_lines(results):

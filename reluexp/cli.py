@@ -27,7 +27,7 @@ from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_c
 from reluexp.rundir import shown_path
 from reluexp.slurm import check_slurm_resources, slurm_job_id
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
-from reluexp.sweep import job_line, loss_lines_labelled, sweep_plan, write_sweep_summary
+from reluexp.sweep import Plan, job_line, loss_lines_labelled, sweep_plan, write_sweep_summary
 from reluexp.workers import in_worker_processes, stop_workers_on_signals
 
 log = logging.getLogger("reluexp")
@@ -255,17 +255,18 @@ def task(cfg: DictConfig) -> float:
     hydra_config = HydraConfig.get()
     if config.threads is None:
         config.threads = threads_for(hydra_config)
-    labelled = contextlib.nullcontext()
-    if hydra_config.mode == RunMode.MULTIRUN:
-        plan = sweep_plan(Path(hydra_config.sweep.dir))
-        labelled = loss_lines_labelled(hydra_config.job.num, plan)
-    with log_level(config), labelled:
-        return run_job(config, hydra_config)
+    if hydra_config.mode != RunMode.MULTIRUN:
+        with log_level(config):
+            return run_job(config, hydra_config)
+    plan = sweep_plan(Path(hydra_config.sweep.dir))
+    with log_level(config), loss_lines_labelled(hydra_config.job.num, plan):
+        return run_job(config, hydra_config, plan)
 
 
-def run_job(config: Config, hydra_config: DictConfig) -> float:
-    """One run or sweep job. Its outcome reaches stderr in one line (a sweep's job lines come
-    from Lifecycle); a failure in a sweep is a result, recorded, and the other jobs run."""
+def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) -> float:
+    """One run, or a job of the sweep `plan` describes. Its outcome reaches stderr in one line
+    (a sweep's job lines come from Lifecycle); a failure in a sweep is a result, recorded, and
+    the other jobs run."""
     from reluexp import train
 
     run_dir = Path(hydra_config.runtime.output_dir)
@@ -279,7 +280,11 @@ def run_job(config: Config, hydra_config: DictConfig) -> float:
             final_loss = train.resume(run_dir, second_signal_exits=not worker)
         else:
             final_loss = train.run(
-                config, run_dir, overrides=overrides, second_signal_exits=not worker
+                config,
+                run_dir,
+                overrides=overrides,
+                varying=(plan and plan.varying) or frozenset(),
+                second_signal_exits=not worker,
             )
     except train.Interrupted as interrupted:
         print(closing_line(run_dir), file=sys.stderr)

@@ -17,10 +17,22 @@ from google.protobuf import struct_pb2
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
-from reluexp.tags import DIFFERENCE, HPARAM_METRICS, LAYOUT, LOSS
+from reluexp.tags import (
+    FINAL_LOSS_VS_REFERENCE,
+    HPARAM_METRICS,
+    IDENTICAL_LOG10,
+    LAYOUT,
+    LOSS,
+    Chart,
+    loss_gap,
+)
+
+# {category: {chart title: tags}} (tags.LAYOUT's shape).
+Layout = dict[str, dict[str, Chart]]
 
 
 # The protos below are what torch.utils.tensorboard's hparams() and custom_scalars() build;
@@ -37,24 +49,39 @@ def hparams_summary(tag: str, **data: Any) -> Summary:
     return plugin_summary(tag, "hparams", content)
 
 
-def layout_chart(title: str, tags: list[str] | tuple[str, str, str]) -> layout_pb2.Chart:
-    if isinstance(tags, tuple):
-        value, lower, upper = tags
-        series = layout_pb2.MarginChartContent.Series(value=value, lower=lower, upper=upper)
-        return layout_pb2.Chart(title=title, margin=layout_pb2.MarginChartContent(series=[series]))
+def layout_chart(title: str, tags: Chart) -> layout_pb2.Chart:
+    if tags and isinstance(tags[0], tuple):
+        series = [
+            layout_pb2.MarginChartContent.Series(value=value, lower=lower, upper=upper)
+            for value, lower, upper in tags
+        ]
+        return layout_pb2.Chart(title=title, margin=layout_pb2.MarginChartContent(series=series))
     return layout_pb2.Chart(title=title, multiline=layout_pb2.MultilineChartContent(tag=tags))
 
 
-def layout_summary() -> Summary:
+def layout_summary(layout: Layout) -> Summary:
     categories = [
         layout_pb2.Category(
             title=title, chart=[layout_chart(chart, tags) for chart, tags in charts.items()]
         )
-        for title, charts in LAYOUT.items()
+        for title, charts in layout.items()
     ]
     layout = layout_pb2.Layout(category=categories).SerializeToString()
     tensor = TensorProto(dtype="DT_STRING", string_val=[layout])
     return plugin_summary("custom_scalars__config__", "custom_scalars", tensor=tensor)
+
+
+def image_summary(tag: str, png: bytes) -> Summary:
+    # A PNG's width and height: the first fields of its IHDR chunk, big-endian.
+    width, height = struct.unpack(">II", png[16:24])
+    image = Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=png)
+    return Summary(value=[Summary.Value(tag=tag, image=image)])
+
+
+def text_summary(tag: str, text: str) -> Summary:
+    shape = TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)])
+    tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()], tensor_shape=shape)
+    return plugin_summary(tag, "text", tensor=tensor)
 
 
 def hparam_value(value: Any) -> tuple[struct_pb2.Value, int]:
@@ -221,12 +248,23 @@ class EventWriter:
         encoder = self._encoders[key]
         self._events.write_serialized([encoder.encode(*event) for event in zip(steps, times, rows)])
 
-    def declare(self, hparams: dict[str, Any]) -> None:
-        """The hparams (in this run, not a sub-run as add_hparams makes) and the chart layout."""
+    def declare(self, hparams: dict[str, Any], varying: frozenset[str] = frozenset()) -> None:
+        """The hparams (in this run, not a sub-run as add_hparams makes) and the chart layout.
+        `varying`: the config keys whose value differs across this run's sweep. Their hparams
+        are marked `differs`, which the HParams tab shows first (it shows five at the start)."""
         values = {name: hparam_value(value) for name, value in hparams.items()}
+
+        def differs(name: str) -> bool:
+            # A group choice (`activation`) changes its keys; a key changes its dict's value.
+            return any(
+                name == key or name.startswith(f"{key}.") or key.startswith(f"{name}.")
+                for key in varying
+            )
+
         experiment = api_pb2.Experiment(
             hparam_infos=[
-                api_pb2.HParamInfo(name=name, type=kind) for name, (_, kind) in values.items()
+                api_pb2.HParamInfo(name=name, type=kind, differs=differs(name))
+                for name, (_, kind) in values.items()
             ],
             metric_infos=[
                 api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag)) for tag in HPARAM_METRICS
@@ -239,19 +277,27 @@ class EventWriter:
             hparams_summary("_hparams_/experiment", experiment=experiment),
             hparams_summary("_hparams_/session_start_info", session_start_info=session_start),
         )
-        self.declare_layout()
+        self.declare_layout(LAYOUT)
 
-    def declare_layout(self) -> None:
-        """The Custom Scalars layout (LAYOUT)."""
-        self._write_summaries(layout_summary())
+    def declare_layout(self, layout: Layout) -> None:
+        """A Custom Scalars layout; TensorBoard merges every run's, by category title."""
+        self._write_summaries(layout_summary(layout))
 
     def hparams_end(self, step: int, final_loss: float, min_loss: float) -> None:
         """Record the metrics the HParams tab compares runs by, then close the session."""
-        self.scalars(HPARAM_METRICS, [step], [time.time()], [[final_loss, min_loss]])
+        self.scalars(HPARAM_METRICS[:2], [step], [time.time()], [[final_loss, min_loss]])
         session_end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS)
         self._write_summaries(
             hparams_summary("_hparams_/session_end_info", session_end_info=session_end)
         )
+
+    def images(self, pngs: dict[str, bytes]) -> None:
+        """PNG images by tag, for the Images tab."""
+        self._write_summaries(*(image_summary(tag, png) for tag, png in pngs.items()))
+
+    def texts(self, markdowns: dict[str, str]) -> None:
+        """Markdown by tag, for the Text tab (which renders tables)."""
+        self._write_summaries(*(text_summary(tag, text) for tag, text in markdowns.items()))
 
     def _write_summaries(self, *summaries: Summary) -> None:
         self._events.write([Event(wall_time=time.time(), step=0, summary=s) for s in summaries])
@@ -260,11 +306,17 @@ class EventWriter:
         self._events.close()
 
 
-def write_derived_scalars(
-    run_dir: Path, name: str, series: dict[str, dict[int, float]], layout: bool = False
+def write_derived(
+    run_dir: Path,
+    name: str,
+    series: dict[str, dict[int, float]] | None = None,
+    layout: Layout | None = None,
+    images: dict[str, bytes] | None = None,
+    texts: dict[str, str] | None = None,
 ) -> None:
-    """Scalars computed after the run (tag -> {step: value}) as an event file of their own,
-    `events.out.tfevents.reluexp-<name>`, rewritten whole, so writing twice adds nothing."""
+    """What is computed after the runs (scalars as tag -> {step: value}, a chart layout,
+    images, text) as an event file of their own, `events.out.tfevents.reluexp-<name>`, rewritten
+    whole, so writing twice adds nothing."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / f"events.out.tfevents.reluexp-{name}"
     tmp_dir = run_dir / f".{name}.tmp"
@@ -272,20 +324,24 @@ def write_derived_scalars(
     try:
         writer = EventWriter(tmp_dir, file_name=path.name)
         if layout:
-            writer.declare_layout()
-        tags = list(series)
-        steps = sorted(set().union(*(values.keys() for values in series.values())))
-        rows = [[series[tag].get(step, math.nan) for tag in tags] for step in steps]
-        writer.scalars(tags, steps, [time.time()] * len(steps), rows)
+            writer.declare_layout(layout)
+        writer.images(images or {})
+        writer.texts(texts or {})
+        for tag, values in (series or {}).items():
+            steps = sorted(values)
+            rows = [[values[step]] for step in steps]
+            writer.scalars([tag], steps, [time.time()] * len(steps), rows)
         writer.close()
         os.replace(tmp_dir / path.name, path)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
-def write_loss_difference(run_dir: Path, reference_dir: Path) -> dict[int, float]:
-    """The run's per-step loss relative to its reference run's, (loss - ref) / |ref|, as the
-    DIFFERENCE series of the run: 0 until the two part, then how far they drift."""
+def write_loss_difference(run_dir: Path, reference_dir: Path, group: str) -> dict[int, float]:
+    """The run's per-step loss relative to its reference run's, (loss - ref) / |ref|, returned,
+    and written into the run: log10 of its magnitude under tags.loss_gap(group) (IDENTICAL_LOG10
+    where the two are equal), and the final step's, signed, as the HParams metric
+    FINAL_LOSS_VS_REFERENCE."""
     loss = read_scalars(run_dir, [LOSS])[LOSS]
     reference = read_scalars(reference_dir, [LOSS])[LOSS]
     difference = {
@@ -293,5 +349,12 @@ def write_loss_difference(run_dir: Path, reference_dir: Path) -> dict[int, float
         for step, value in reference.items()
         if step in loss and value != 0 and math.isfinite(value) and math.isfinite(loss[step])
     }
-    write_derived_scalars(run_dir, "difference", {DIFFERENCE: difference})
+    gap_log10 = {
+        step: math.log10(abs(gap)) if gap else IDENTICAL_LOG10 for step, gap in difference.items()
+    }
+    series = {loss_gap(group): gap_log10}
+    if difference:
+        last = max(difference)
+        series[FINAL_LOSS_VS_REFERENCE] = {last: difference[last]}
+    write_derived(run_dir, "difference", series)
     return difference

@@ -116,6 +116,7 @@ class Weight:
         self.w, self.address, self.numel = w, _block("w", w), w.numel()
         self.span = _span(w)
         _require(_apart(*self.span, blocks.spans), "w overlaps a metric block")
+        _require(0 <= index < blocks.weights, f"weight {index} of {blocks.weights}")
         self.blocks, self.index = blocks, index
 
     def update_with_norms(self, grad: torch.Tensor, lr: float, row: int) -> None:

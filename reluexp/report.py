@@ -14,6 +14,7 @@ import math
 import re
 import statistics
 import sys
+import textwrap
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from omegaconf import OmegaConf
 
-from reluexp.events import read_scalars, write_derived_scalars, write_loss_difference
+from reluexp.events import Layout, read_scalars, write_derived, write_loss_difference
 from reluexp.rundir import CHECKPOINT_NAME
 from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError
-from reluexp.tags import GROUP, LOSS
+from reluexp.tags import IDENTICAL_LOG10, LAYOUT, LOSS, loss_band, loss_gap
 
 STATUSES = ("completed", "diverged", "interrupted", "failed", "running", "not started")
 UNREADABLE = "unreadable"
@@ -54,8 +55,15 @@ class Group:
     losses: dict[int, list[float]] = field(default_factory=dict)
     # step -> the mean over its jobs of |loss - reference loss| / reference loss.
     gap: dict[int, float] = field(default_factory=dict)
-    # Each job with its reference job (same config and seed), for the paired comparison.
+    # Each job with its reference job (same config and seed), for the paired comparison, and
+    # that job's |loss - reference loss| / reference loss per step.
     pairs: list[tuple[Job, Job]] = field(default_factory=list)
+    job_gaps: list[dict[int, float]] = field(default_factory=list)
+
+    def parts_at(self) -> int | None:
+        """The first step where any job's loss differs from its reference job's; None while
+        they are identical."""
+        return next((step for step in sorted(self.gap) if self.gap[step] > 0), None)
 
     @property
     def completed(self) -> list[Job]:
@@ -215,20 +223,22 @@ def group_jobs(jobs: list[Job]) -> list[Group]:
     for job in jobs:
         by_label.setdefault(job.group, Group(job.group)).jobs.append(job)
     group_of = {id(job): group for group in by_label.values() for job in group.jobs}
-    differences: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for job in jobs:
         reference = reference_job(job, jobs)
         if reference is None:
             continue
-        group_of[id(job)].reference = group_of[id(reference)]
-        group_of[id(job)].pairs.append((job, reference))
-        for step, value in write_loss_difference(job.run_dir, reference.run_dir).items():
-            differences[job.group][step].append(abs(value))
+        group = group_of[id(job)]
+        group.reference = group_of[id(reference)]
+        group.pairs.append((job, reference))
+        difference = write_loss_difference(job.run_dir, reference.run_dir, job.group)
+        group.job_gaps.append({step: abs(value) for step, value in difference.items()})
     for group in by_label.values():
         group.losses = loss_by_step(group.jobs)
-        group.gap = {
-            step: statistics.mean(values) for step, values in differences[group.label].items()
-        }
+        by_step: dict[int, list[float]] = defaultdict(list)
+        for gaps in group.job_gaps:
+            for step, gap in gaps.items():
+                by_step[step].append(gap)
+        group.gap = {step: statistics.mean(gaps) for step, gaps in sorted(by_step.items())}
 
     def by_value(group: Group) -> tuple:
         final = group.values("final_loss")
@@ -245,17 +255,83 @@ def group_jobs(jobs: list[Job]) -> list[Group]:
 
 def write_group_runs(sweep_dir: Path, groups: list[Group]) -> None:
     """One TensorBoard run per group, `groups/<label>`: the log10 of its jobs' mean, min and
-    max loss per step, which Custom Scalars' margin chart draws as a line and a band."""
+    max loss per step (tags.loss_band), which Custom Scalars' margin chart draws as a line and
+    a band, one per group."""
     for group in groups:
         if not group.losses:
             continue
         steps = sorted(group.losses)
         series = {
             tag: {step: math.log10(reduce(group.losses[step])) for step in steps}
-            for tag, reduce in zip(GROUP, (statistics.mean, min, max))
+            for tag, reduce in zip(loss_band(group.label), (statistics.mean, min, max))
         }
         name = group.label.replace(" ", ",").replace("/", "_")
-        write_derived_scalars(sweep_dir / "groups" / name, "group", series, layout=True)
+        write_derived(sweep_dir / "groups" / name, "group", series)
+
+
+def own_parts(label: str, other: str) -> str:
+    """`activation=relu`: what a group's label says that another's does not."""
+    theirs = set(other.split())
+    return " ".join(part for part in label.split() if part not in theirs) or label
+
+
+def pair_name(group: Group) -> str:
+    """`activation=myrelu vs activation=relu`: a custom group against its reference, by what
+    tells them apart."""
+    assert group.reference is not None
+    reference = group.reference.label
+    return f"{own_parts(group.label, reference)} vs {own_parts(reference, group.label)}"
+
+
+def parting(group: Group) -> str:
+    parted = group.parts_at()
+    return "identical" if parted is None else f"parts at step {parted}"
+
+
+def pair_png(group: Group) -> bytes:
+    """A custom group against its reference, for TensorBoard's Images tab (which shows images
+    about 300 pixels wide): each seed's |relative loss gap| on a log axis under a title that
+    says where they part, large enough to read there."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.4, 4.4))
+    axes = figure.subplots()
+    parted = group.parts_at()
+    if parted is None:  # nothing to draw on a log axis: say so instead of a flat line at 0
+        axes.text(0.5, 0.5, "identical at every step", ha="center", fontsize=18)
+        axes.set_axis_off()
+    else:
+        for (job, _), gaps in zip(group.pairs, group.job_gaps):
+            steps = sorted(gaps)
+            gap = [gaps[s] for s in steps]
+            axes.plot(steps, gap, linewidth=1.2, label=f"seed {job.summary.seed}")
+        axes.set_yscale("log")
+        axes.axvline(parted, color="gray", linestyle="--", linewidth=1)
+        axes.legend(fontsize=11)
+        axes.set_xlabel("step", fontsize=13)
+        axes.set_ylabel("|relative loss gap|", fontsize=13)
+        axes.tick_params(labelsize=12)
+        axes.grid(True, which="major", alpha=0.3)
+    figure.suptitle(textwrap.fill(f"{pair_name(group)}: {parting(group)}", 36), fontsize=18)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+
+
+def report_layout(groups: list[Group]) -> Layout:
+    """The sweep's Custom Scalars tab: its `loss` category (first, as the report's run sorts
+    first) adds the band per group and a chart per custom/reference pair, its seeds the lines."""
+    bands = [loss_band(group.label) for group in groups if group.losses]
+    pairs = {
+        f"log10 |relative loss gap|: {pair_name(group)} ({IDENTICAL_LOG10:g}: identical)": [
+            re.escape(loss_gap(group.label))
+        ]
+        for group in groups
+        if group.reference is not None
+    }
+    loss = {**LAYOUT["loss"], "log10 loss per group: mean over seeds, min-max band": bands}
+    return {**LAYOUT, "loss": loss | pairs}
 
 
 def statistics_of(values: list[float]) -> dict[str, float | None]:
@@ -278,6 +354,8 @@ def table(groups: list[Group]) -> list[dict[str, object]]:
                 row[f"{key}_{stat}"] = value
         row["reference_group"] = group.reference.label if group.reference else ""
         row["final_loss_vs_reference"] = relative_gap(group)
+        # Empty where the group has no reference, or is identical to it at every step.
+        row["parts_at_step"] = group.parts_at() if group.reference else None
         comparison = paired(group)
         row["paired_metric"] = comparison.metric if comparison else ""
         row["paired_seeds"] = len(comparison.differences) if comparison else 0
@@ -378,13 +456,16 @@ def gap_text(row: dict[str, object]) -> str:
     gap = row["final_loss_vs_reference"]
     if gap is None:
         return ""
-    own = set(str(row["group"]).split())
-    changed = [part for part in str(row["reference_group"]).split() if part not in own]
-    return f"{gap:+.2e} vs {' '.join(changed) or row['reference_group']}"
+    parted = row["parts_at_step"]
+    return (
+        f"{gap:+.2e} vs {own_parts(str(row['reference_group']), str(row['group']))} "
+        f"({'identical' if parted is None else f'parts at step {parted}'})"
+    )
 
 
 def markdown(rows: list[dict[str, object]]) -> str:
-    """The table, without the columns no group fills (validation accuracy, for regression)."""
+    """The table, without the optional columns no group fills (validation accuracy, for
+    regression; warnings and errors, when there are none)."""
     table_rows = []
     for row in rows:
         statuses = [
@@ -410,7 +491,7 @@ def markdown(rows: list[dict[str, object]]) -> str:
                 "error": str(row["error"]),
             }
         )
-    optional = {"val accuracy", "paired vs reference (95%, t)"}
+    optional = {"val accuracy", "paired vs reference (95%, t)", "warnings", "error"}
     columns = [
         column
         for column in (table_rows[0] if table_rows else {"group": ""})
@@ -450,11 +531,7 @@ def plot(groups: list[Group], path: Path) -> None:
             # runs part.
             steps = sorted(group.gap)
             gaps = [group.gap[s] for s in steps]
-            parted = next((s for s, gap in zip(steps, gaps) if gap > 0), None)
-            reference = group.reference.label.split()[0] if group.reference else "?"
-            label = f"{group.label.split()[0]} vs {reference}: " + (
-                "identical" if parted is None else f"parts at step {parted}"
-            )
+            label = f"{pair_name(group)}: {parting(group)}"
             difference_axes[0].plot(steps, gaps, color=color, linewidth=1.2, label=label)
     loss_axes.set_yscale("log")
     loss_axes.set_xlabel("step")
@@ -475,7 +552,8 @@ def plot(groups: list[Group], path: Path) -> None:
 
 
 def write_report(sweep_dir: Path) -> list[Job]:
-    """summary.csv, summary.md and loss_curves.png for sweep_dir; returns its jobs."""
+    """summary.csv, summary.md and loss_curves.png for sweep_dir, and TensorBoard's view of
+    them; returns its jobs."""
     jobs = find_jobs(sweep_dir)
     groups = group_jobs(jobs)
     rows = table(groups)
@@ -494,9 +572,26 @@ def write_report(sweep_dir: Path) -> list[Job]:
         + (f" ({len(jobs) - completed} left out)." if completed < len(jobs) else ".")
         + (f" {problem[0].upper()}{problem[1:]}: the jobs are those found." if problem else "")
     )
-    (sweep_dir / "summary.md").write_text(f"{header}\n\n{markdown(rows)}")
+    summary_md = f"{header}\n\n{markdown(rows)}"
+    (sweep_dir / "summary.md").write_text(summary_md)
     write_group_runs(sweep_dir, groups)
     plot(groups, sweep_dir / "loss_curves.png")
+    # The same figure and table in TensorBoard, in the sweep directory's own run: it sorts
+    # before its jobs, so its layout leads the Custom Scalars tab.
+    write_derived(
+        sweep_dir,
+        "report",
+        layout=report_layout(groups),
+        images={
+            "report/loss_curves": (sweep_dir / "loss_curves.png").read_bytes(),
+            **{
+                f"report/pair: {pair_name(group)}": pair_png(group)
+                for group in groups
+                if group.reference is not None
+            },
+        },
+        texts={"report/summary": summary_md},
+    )
     return jobs
 
 

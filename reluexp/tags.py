@@ -1,26 +1,31 @@
 """TensorBoard tag names and the Custom Scalars layout that arranges them: the one place either
-is spelled. Tags are `family/name`."""
+is spelled. Tags are `family/name`; TensorBoard sorts families by name, so the names are chosen
+for `loss` to sort first (then `loss_gap_log10`, `loss_over_seeds_log10`, `metric`, `norm`,
+`param`, `summary`, `units`)."""
+
+import re
 
 LOSS = "loss/train"
-GRAD_NORM_TOTAL = "grad_norm/total"
-DEAD_FRACTION = "activation/dead_fraction"
+GRAD_NORM_TOTAL = "norm/grad_total"
+DEAD_FRACTION = "units/dead_fraction"
 # Pre-activations exactly 0.0: where a ReLU's subgradient convention matters.
-EXACT_ZEROS = "activation/exact_zeros"
+EXACT_ZEROS = "units/exact_zeros"
 # Derived on the host for the charts: losses and norms span ten decades (a layout cannot set a
 # log axis), and when exact zeros start shows as a step in a count.
 LOSS_LOG10 = "loss/train_log10"
-GRAD_NORM_TOTAL_LOG10 = "grad_norm/total_log10"
-STEPS_WITH_EXACT_ZEROS = "activation/steps_with_exact_zeros"
+GRAD_NORM_TOTAL_LOG10 = "norm/grad_total_log10"
+STEPS_WITH_EXACT_ZEROS = "units/steps_with_exact_zeros"
 # With a validation split, at each validation pass: its loss and accuracy, and the accuracy on
 # that step's batch (accuracies NaN for regression).
-VALIDATION = ("loss/val", "accuracy/val", "accuracy/train")
+VALIDATION = ("loss/val", "metric/accuracy_val", "metric/accuracy_train")
 DERIVED = (LOSS_LOG10, GRAD_NORM_TOTAL_LOG10, STEPS_WITH_EXACT_ZEROS)
-# Scalars the HParams tab sorts runs by; written once, at the end of the run.
-HPARAM_METRICS = ("hparams/final_loss", "hparams/min_loss")
-# Written after the runs: each custom run's loss against its built-in reference's (same config
-# and seed), and per group of seeds the loss's mean, min and max (log10).
-DIFFERENCE = "difference/loss_vs_reference"
-GROUP = ("group/loss_mean_log10", "group/loss_min_log10", "group/loss_max_log10")
+# The HParams tab's metric columns: the final and lowest loss, written at the end of the run,
+# and, for a custom run, its final loss relative to its reference run's (written by the report).
+FINAL_LOSS_VS_REFERENCE = "summary/final_loss_vs_reference"
+HPARAM_METRICS = ("summary/final_loss", "summary/min_loss", FINAL_LOSS_VS_REFERENCE)
+# |relative loss gap| to the reference run, log10, where the two runs are identical: below any
+# float64 difference (log10 of float64's smallest relative step is about -15.95).
+IDENTICAL_LOG10 = -17.0
 
 
 def weight_names(num_weights: int) -> list[str]:
@@ -33,9 +38,9 @@ def activation_params(sizes: dict[str, int]) -> list[str]:
     found = []
     for name, size in sizes.items():
         if size == 1:
-            found.append(f"activation_param/{name}")
+            found.append(f"param/{name}")
         else:
-            found += [f"activation_param/{name}_{stat}" for stat in ("norm", "mean", "min", "max")]
+            found += [f"param/{name}_{stat}" for stat in ("norm", "mean", "min", "max")]
     return found
 
 
@@ -44,34 +49,47 @@ def streamed(num_weights: int, param_sizes: dict[str, int] | None = None) -> lis
     names = weight_names(num_weights)
     return [
         LOSS,
-        *(f"grad_norm/{n}" for n in names),
+        *(f"norm/grad_{n}" for n in names),
         GRAD_NORM_TOTAL,
-        *(f"weight_norm/{n}" for n in names),
+        *(f"norm/weight_{n}" for n in names),
         DEAD_FRACTION,
         EXACT_ZEROS,
         *activation_params(param_sizes or {}),
     ]
 
 
-# The Custom Scalars tab, in reading order: {category: {chart: tags}}; a tuple of three tags
-# is a margin chart (value, lower, upper: a line and its band).
-LAYOUT: dict[str, dict[str, list[str] | tuple[str, str, str]]] = {
-    "loss": {
-        "log10 loss, every run": [LOSS_LOG10],
-        "relative loss difference to the built-in reference run (0 until they part)": [DIFFERENCE],
-        "log10 loss per group of seeds: mean, min-max band": GROUP,
-    },
+def loss_gap(group: str) -> str:
+    """A custom group's log10 |relative loss gap| to its reference, one tag per pair: each
+    pair gets its own chart, its seeds the lines."""
+    return f"loss_gap_log10/{group}"
+
+
+def loss_band(group: str) -> tuple[str, str, str]:
+    """A group's log10 loss over its seeds: mean, min, max (a margin chart's line and band)."""
+    return tuple(f"loss_over_seeds_log10/{group}/{stat}" for stat in ("mean", "min", "max"))
+
+
+# A chart is a list of tag regexes (a line per matching run and tag) or a list of tag triples
+# (value, lower, upper): a margin chart, a line and its band per triple.
+Chart = list[str] | list[tuple[str, str, str]]
+
+# The Custom Scalars tab of every run, in reading order: {category: {chart: tags}}. A sweep's
+# report adds, first in the tab, a chart per custom/reference pair and the band per group.
+LAYOUT: dict[str, dict[str, Chart]] = {
+    "loss": {"log10 loss, every run": [re.escape(LOSS_LOG10)]},
     "gradients": {
-        "log10 total gradient norm": [GRAD_NORM_TOTAL_LOG10],
-        "gradient norm per weight": [r"grad_norm/w\d+"],
+        "log10 total gradient norm": [re.escape(GRAD_NORM_TOTAL_LOG10)],
+        "gradient norm per weight": [r"norm/grad_w\d+"],
     },
     "activation counters": {
-        "logged steps with an exact-zero pre-activation (cumulative)": [STEPS_WITH_EXACT_ZEROS],
-        "pre-activations exactly 0, per step": [EXACT_ZEROS],
-        "dead fraction of hidden units": [DEAD_FRACTION],
+        "logged steps with an exact-zero pre-activation (cumulative)": [
+            re.escape(STEPS_WITH_EXACT_ZEROS)
+        ],
+        "pre-activations exactly 0, per step": [re.escape(EXACT_ZEROS)],
+        "dead fraction of hidden units": [re.escape(DEAD_FRACTION)],
     },
     "weights": {
-        "weight norm per weight": [r"weight_norm/.*"],
-        "the activation's own parameters": [r"activation_param/.*"],
+        "weight norm per weight": [r"norm/weight_w\d+"],
+        "the activation's own parameters": [r"param/.*"],
     },
 }

@@ -363,24 +363,27 @@ def train_loop(training: Training) -> None:
 
 
 def hparams(config: Config, device: torch.device, data: Dataset) -> dict[str, Any]:
-    """The config values a run is compared by in TensorBoard's HParams tab."""
+    """The config values a run is compared by in TensorBoard's HParams tab, named by their
+    keys (so a sweep's varying keys name them), in the order the tab shows them when none
+    varies: what a comparison is usually about first."""
     return {
         "activation": config.activation.name,
-        # Custom runs are told apart by what they train, not by the option's name.
-        "target": config.activation.target,
-        "params": json.dumps(config.activation.params, sort_keys=True),
-        "data": DataName(config.data.name).value,
-        "hidden": str(config.model.hidden),
-        "init": Init(config.model.init).value,
-        "bias": config.model.bias,
-        "n": len(data.x),
-        "d_in": data.x.shape[1],
-        "d_out": data.d_out,
-        "batch_size": config.data.batch_size or len(data.x),
-        "loss": objective(config, data).__name__,
+        # A string: the tab shows numbers with four decimals, and filters strings by value.
+        "seed": str(config.seed),
         "lr": config.lr,
+        # Custom runs are told apart by what they train, not by the option's name.
+        "activation.target": config.activation.target,
+        "activation.params": json.dumps(config.activation.params, sort_keys=True),
+        "data": DataName(config.data.name).value,
+        "model.hidden": str(config.model.hidden),
+        "model.init": Init(config.model.init).value,
+        "model.bias": config.model.bias,
+        "data.n": len(data.x),
+        "data.d_in": data.x.shape[1],
+        "data.d_out": data.d_out,
+        "data.batch_size": config.data.batch_size or len(data.x),
+        "loss": objective(config, data).__name__,
         "steps": config.steps,
-        "seed": config.seed,
         "device": str(device),
         "dtype": Dtype(config.dtype).value,
         "optimizer": Optimizer(config.optimizer).value,
@@ -392,11 +395,13 @@ def run(
     run_dir: Path,
     overrides: Sequence[str] = (),
     *,
+    varying: frozenset[str] = frozenset(),
     second_signal_exits: bool = True,
 ) -> float:
     """Train the configured model, stream its metrics into run_dir; return the final loss. A
     stop signal ends it at a step boundary; a second one at once, unless second_signal_exits
-    is off (process.StopSignals)."""
+    is off (process.StopSignals). `varying`: the config keys that differ across this run's
+    sweep, which its HParams show first."""
     validate(config)
     summary = RunSummary(
         started_at=summaries.now(),
@@ -404,7 +409,7 @@ def run(
         overrides=list(overrides),
         config=config_dict(config),
     )
-    return _run(config, run_dir, summary, None, second_signal_exits)
+    return _run(config, run_dir, summary, None, second_signal_exits, varying)
 
 
 def resume(run_dir: Path, *, second_signal_exits: bool = True) -> float:
@@ -444,6 +449,7 @@ def _run(
     summary: RunSummary,
     checkpoint: dict[str, Any] | None,
     second_signal_exits: bool,
+    varying: frozenset[str] = frozenset(),
 ) -> float:
     device = resolve_device(config.device)
     if config.data.name == DataName.random:  # real data's sizes are known once it is loaded
@@ -477,7 +483,7 @@ def _run(
         )
         events = EventWriter(run_dir, purge_step=start_step if checkpoint is not None else None)
         if checkpoint is None:
-            events.declare(hparams(config, device, data))
+            events.declare(hparams(config, device, data), varying)
         batch = len(data.x) if config.data.batch_size is None else config.data.batch_size
         recorder = Recorder(config, state, events, summary.warnings, min(batch, len(data.x)))
         progress = Progress(config.steps, start_step, lambda: state.final_loss, not config.quiet)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from reluexp import check
 from tests import corpus
@@ -216,6 +217,13 @@ def test_the_picture_shows_the_function_and_its_reference(tmp_path):
     png = (tmp_path / "check.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 20_000
     assert "| kinks | kink at x=-3 |" in (tmp_path / "check.md").read_text()
+    # The same picture and table in TensorBoard, in the check directory's own run.
+    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "tensors": 0})
+    events.Reload()
+    (image,) = events.Images("check/functions")
+    assert image.encoded_image_string == png
+    (text,) = events.Tensors("check/report")
+    assert text.tensor_proto.string_val[0].decode() == (tmp_path / "check.md").read_text()
 
 
 def test_gelu_with_a_wrong_constant_passes_fast_gradcheck_but_not_the_lab(tmp_path):

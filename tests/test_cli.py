@@ -4,11 +4,13 @@ import contextlib
 import json
 import logging
 import pstats
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -82,7 +84,12 @@ def post_json(url: str, payload: dict):
         return json.load(response)
 
 
-def test_tensorboard_shows_one_run_per_job_and_group(sweep_dir):
+def get_bytes(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read()
+
+
+def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
     port = free_port()
     server = subprocess.Popen(
         [
@@ -105,69 +112,100 @@ def test_tensorboard_shows_one_run_per_job_and_group(sweep_dir):
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         runs: list[str] = []
-        while time.monotonic() < deadline and len(runs) < 6:
+        while time.monotonic() < deadline and len(runs) < 7:
             with contextlib.suppress(OSError):  # not listening yet
                 runs = get_json(f"{base}/data/runs")
             time.sleep(0.5)
-        prefix = f"multirun/{sweep_dir.name}"
-        jobs = {f"{prefix}/{p.name}" for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()}
-        groups = {f"{prefix}/groups/activation={a},device=cpu,steps=30" for a in ("myrelu", "relu")}
-        assert set(runs) == jobs | groups
+        # One run per job, one per group of seeds, and the sweep's own: its report.
+        report_run = f"multirun/{sweep_dir.name}"
+        jobs = {f"{report_run}/{p.name}" for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()}
+        labels = {a: f"activation={a} device=cpu steps=30" for a in ("myrelu", "relu")}
+        groups = {f"{report_run}/groups/{label.replace(' ', ',')}" for label in labels.values()}
+        assert set(runs) == jobs | groups | {report_run}
+        assert sorted(runs)[0] == report_run
         tags = get_json(f"{base}/data/plugin/scalars/tags")
         for run in jobs:
             assert {
                 "loss/train",
                 "loss/train_log10",
-                "grad_norm/w1",
-                "grad_norm/w2",
-                "grad_norm/total",
-                "grad_norm/total_log10",
-                "activation/dead_fraction",
-                "activation/exact_zeros",
-                "activation/steps_with_exact_zeros",
+                "norm/grad_w1",
+                "norm/grad_w2",
+                "norm/grad_total",
+                "norm/grad_total_log10",
+                "norm/weight_w1",
+                "units/dead_fraction",
+                "units/exact_zeros",
+                "units/steps_with_exact_zeros",
+                "summary/final_loss",
             } <= set(tags[run])
+            # Loss sorts first among the families.
+            assert sorted(tags[run])[0].startswith("loss/")
             # Each myrelu run has its relu run (same seed) as reference; relu has none.
-            assert ("difference/loss_vs_reference" in tags[run]) == ("myrelu" in run)
-        for run in groups:
-            assert set(tags[run]) == {
-                "group/loss_mean_log10",
-                "group/loss_min_log10",
-                "group/loss_max_log10",
-            }
-        # The HParams tab: one session per job, sortable by the final loss each job reported.
+            gap_tag = f"loss_gap_log10/{labels['myrelu']}"
+            assert (gap_tag in tags[run]) == ("myrelu" in run)
+        for label in labels.values():
+            run = f"{report_run}/groups/{label.replace(' ', ',')}"
+            stats = ("mean", "min", "max")
+            assert set(tags[run]) == {f"loss_over_seeds_log10/{label}/{stat}" for stat in stats}
+        # The report's figure in the Images tab: loss_curves.png, byte for byte.
+        images = get_json(f"{base}/data/plugin/images/tags")
+        assert sorted(images[report_run]) == [
+            "report/loss_curves",
+            "report/pair: activation=myrelu vs activation=relu",
+        ]
+        query = urllib.parse.urlencode({"run": report_run, "tag": "report/loss_curves"})
+        (image,) = get_json(f"{base}/data/plugin/images/images?{query}")
+        png = get_bytes(f"{base}/data/plugin/images/individualImage?{image['query']}")
+        assert png == (sweep_dir / "loss_curves.png").read_bytes()
+        # Its table in the Text tab, rendered from the Markdown of summary.md.
+        assert get_json(f"{base}/data/plugin/text/tags")[report_run] == ["report/summary"]
+        query = urllib.parse.urlencode({"run": report_run, "tag": "report/summary"})
+        (text,) = get_json(f"{base}/data/plugin/text/text?{query}")
+        assert "<table>" in text["text"]
+        assert "no difference detected over 2 seeds" in text["text"]
+        # The HParams tab: what varies first (it shows five), the gap to the reference a metric.
+        experiment = post_json(f"{base}/data/plugin/hparams/experiment", {"experimentName": ""})
+        shown = [info["name"] for info in experiment["hparamInfos"]][:5]
+        differs = {info["name"] for info in experiment["hparamInfos"] if info.get("differs")}
+        assert {"activation", "seed", "activation.target"} <= differs and "seed" in shown
+        assert "data.d_in" not in differs and "device" not in differs
         request = {
             "experimentName": "",
             "allowedStatuses": ["STATUS_SUCCESS", "STATUS_UNKNOWN"],
-            "colParams": [{"metric": {"tag": "hparams/final_loss"}, "order": "ORDER_ASC"}],
+            "colParams": [{"metric": {"tag": "summary/final_loss"}, "order": "ORDER_ASC"}],
             "startIndex": 0,
             "sliceSize": 10,
         }
         sessions = post_json(f"{base}/data/plugin/hparams/session_groups", request)
         sessions = sessions["sessionGroups"]
-        finals = [
-            next(m["value"] for m in g["metricValues"] if m["name"]["tag"] == "hparams/final_loss")
-            for g in sessions
-        ]
+
+        def metric(group: dict, tag: str) -> float | None:
+            values = [m["value"] for m in group["metricValues"] if m["name"]["tag"] == tag]
+            return values[0] if values else None
+
+        finals = [metric(g, "summary/final_loss") for g in sessions]
         expected_finals = sorted(
             json.loads((p / "summary.json").read_text())["final_loss"]
             for p in sweep_dir.iterdir()
             if (p / ".hydra").is_dir()
         )
         assert finals == pytest.approx(expected_finals, rel=1e-6)
-        targets = {g["name"]: g["hparams"]["target"] for g in sessions}
-        assert sorted(targets.values()) == ["reluexp.functions.MyReLU"] * 2 + ["torch.relu"] * 2
+        for group in sessions:
+            gap = metric(group, "summary/final_loss_vs_reference")
+            custom = group["hparams"]["activation.target"] == "reluexp.functions.MyReLU"
+            assert (gap is not None) == custom
+        # Custom Scalars: loss first, a band per group, a chart per custom/reference pair.
         layout = get_json(f"{base}/data/plugin/custom_scalars/layout")
         assert [c["title"] for c in layout["category"]][0] == "loss"
-        loss_charts = layout["category"][0]["chart"]
-        assert loss_charts[0]["multiline"]["tag"] == ["loss/train_log10"]
-        assert loss_charts[1]["multiline"]["tag"] == ["difference/loss_vs_reference"]
-        assert loss_charts[2]["margin"]["series"] == [
-            {
-                "value": "group/loss_mean_log10",
-                "lower": "group/loss_min_log10",
-                "upper": "group/loss_max_log10",
-            }
+        charts = {chart["title"]: chart for chart in layout["category"][0]["chart"]}
+        assert list(charts)[0] == "log10 loss, every run"
+        assert charts["log10 loss, every run"]["multiline"]["tag"] == ["loss/train_log10"]
+        bands = charts["log10 loss per group: mean over seeds, min-max band"]["margin"]["series"]
+        assert [band["value"] for band in bands] == [
+            f"loss_over_seeds_log10/{labels[a]}/mean" for a in ("relu", "myrelu")
         ]
+        pair = "log10 |relative loss gap|: activation=myrelu vs activation=relu (-17: identical)"
+        assert re.fullmatch(charts[pair]["multiline"]["tag"][0], gap_tag)
     finally:
         server.terminate()
         server.wait(timeout=30)

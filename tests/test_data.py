@@ -45,11 +45,14 @@ def test_digits_reach_a_held_out_accuracy_the_same_for_the_same_seed(tmp_path):
         assert 0.8 < state["train_accuracy"] <= 1.0
     # Digits hold no exact-zero pre-activation: the two ReLUs train identically.
     assert accuracies["myrelu"] == accuracies["relu"] > 0.93
-    # Streamed: the batch's accuracy every step, the validation pass every eval_every steps.
-    scalars = read_scalars(tmp_path / "relu", ["accuracy/train", "loss/val", "accuracy/val"])
-    assert len(scalars["accuracy/train"]) == 300
-    assert sorted(scalars["accuracy/val"]) == [*range(0, 300, 10), 299]
-    assert scalars["accuracy/val"][299] == pytest.approx(accuracies["relu"])
+    # Streamed at each validation pass (every eval_every steps and the last): its loss and
+    # accuracy, and the accuracy on that step's batch.
+    tags = ["metric/accuracy_train", "loss/val", "metric/accuracy_val"]
+    scalars = read_scalars(tmp_path / "relu", tags)
+    passes = [*range(0, 300, 10), 299]
+    assert sorted(scalars["metric/accuracy_val"]) == sorted(scalars["loss/val"]) == passes
+    assert sorted(scalars["metric/accuracy_train"]) == passes
+    assert scalars["metric/accuracy_val"][299] == pytest.approx(accuracies["relu"])
 
 
 def interrupted_at(step: int, config: Config, run_dir, monkeypatch) -> None:
@@ -74,7 +77,7 @@ def test_minibatches_resume_to_the_same_series(tmp_path, monkeypatch):
     interrupted_at(30, digits_config(steps=40), tmp_path / "split", monkeypatch)
     assert summary(tmp_path / "split")["steps_done"] == 30
     train.resume(tmp_path / "split")
-    tags = ["loss/train", "accuracy/train", "loss/val", "accuracy/val"]
+    tags = ["loss/train", "metric/accuracy_train", "loss/val", "metric/accuracy_val"]
     assert read_scalars(tmp_path / "whole", tags) == read_scalars(tmp_path / "split", tags)
 
 
@@ -173,12 +176,12 @@ def prelu_config(target: str, **fields) -> Config:
 def test_a_learnable_prelu_trains_like_the_builtin_and_its_slope_moves(tmp_path):
     train.run(prelu_config("reluexp.functions.PReLU"), tmp_path / "custom")
     train.run(prelu_config("torch.nn.PReLU"), tmp_path / "builtin")
-    tags = ["loss/train", "activation_param/weight"]
+    tags = ["loss/train", "param/weight"]
     custom, builtin = (
         read_scalars(tmp_path / "custom", tags),
         read_scalars(tmp_path / "builtin", tags),
     )
-    slope = list(custom["activation_param/weight"].values())
+    slope = list(custom["param/weight"].values())
     assert slope[0] != 0.25 and abs(slope[-1] - 0.25) > 1e-3  # the slope trains
     for tag in tags:
         torch.testing.assert_close(
@@ -193,5 +196,5 @@ def test_a_learnable_activation_resumes_bit_for_bit(tmp_path, monkeypatch):
     train.run(prelu_config("reluexp.functions.PReLU"), tmp_path / "whole")
     interrupted_at(100, prelu_config("reluexp.functions.PReLU"), tmp_path / "split", monkeypatch)
     train.resume(tmp_path / "split")
-    tags = ["loss/train", "activation_param/weight"]
+    tags = ["loss/train", "param/weight"]
     assert read_scalars(tmp_path / "whole", tags) == read_scalars(tmp_path / "split", tags)

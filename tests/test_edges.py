@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from reluexp import check, report, train
 from reluexp.checkpoint import CHECKPOINT_NAME
@@ -201,6 +202,27 @@ def test_the_sweep_summary_shows_warnings(tmp_path):
     assert rows["model.hidden=[256,128]"]["jobs_with_warnings"] == "1"
     assert rows["model.hidden=20"]["jobs_with_warnings"] == "0"
     assert "1: gradients vanished from step" in (tmp_path / "summary.md").read_text()
+
+
+def test_running_the_report_again_replaces_what_it_wrote_into_tensorboard(tmp_path):
+    custom, builtin = small_config(steps=3), small_config(steps=3)
+    builtin.activation.name, builtin.activation.target = "relu", "torch.relu"
+    fake_sweep(tmp_path, {"activation=myrelu": custom, "activation=relu": builtin})
+    for _ in range(2):
+        report.write_report(tmp_path)
+    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "tensors": 0})
+    events.Reload()
+    assert sorted(events.Tags()["images"]) == [
+        "report/loss_curves",
+        "report/pair: activation=myrelu vs activation=relu",
+    ]
+    assert len(events.Images("report/loss_curves")) == 1
+    assert len(events.Tensors("report/summary")) == 1
+    (custom_dir,) = tmp_path.glob("000_*")
+    custom_events = EventAccumulator(str(custom_dir))
+    custom_events.Reload()
+    gap = custom_events.Scalars("loss_gap_log10/activation=myrelu")
+    assert [event.step for event in gap] == [0, 1, 2]
 
 
 # 4. An interrupted sweep lists every job; losses aggregate completed runs only.

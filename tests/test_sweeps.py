@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 import re
 import signal
@@ -202,10 +203,11 @@ def test_slurm_preset_composes():
 
 
 def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
-    """myrelu against relu, same seed: 0 until the first exact zero, then (a - b) / |b| of the
-    article's loop run twice, independently of reluexp."""
+    """myrelu against relu, same seed: identical until the first exact zero, then log10 of
+    |a - b| / |b| of the article's loop run twice, independently of reluexp; the final step's
+    signed gap is the run's HParams metric."""
     from reluexp.config import Config
-    from reluexp.tags import DIFFERENCE as DIFFERENCE_TAG
+    from reluexp.tags import FINAL_LOSS_VS_REFERENCE, IDENTICAL_LOG10
     from tests.helpers import seed_loop
     from tests.test_edges import fake_sweep
 
@@ -218,15 +220,19 @@ def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
     fake_sweep(tmp_path, configs)
     report.write_report(tmp_path)
     (custom_dir,) = tmp_path.glob("000_*")
-    stored = read_scalars(custom_dir, [DIFFERENCE_TAG])[DIFFERENCE_TAG]
+    gap_tag = "loss_gap_log10/activation=myrelu"
+    stored = read_scalars(custom_dir, [gap_tag, FINAL_LOSS_VS_REFERENCE])
     custom = seed_loop(steps=steps)
     builtin = seed_loop(relu=torch.relu, steps=steps)
     # The losses are float32 values, as the events hold them.
     expected = [(c["loss"] - b["loss"]) / abs(b["loss"]) for c, b in zip(custom, builtin)]
-    assert list(stored) == list(range(steps))
-    assert list(stored.values()) == pytest.approx(expected, rel=1e-6, abs=1e-12)
+    expected_log10 = [math.log10(abs(gap)) if gap else IDENTICAL_LOG10 for gap in expected]
+    assert list(stored[gap_tag]) == list(range(steps))
+    assert list(stored[gap_tag].values()) == pytest.approx(expected_log10, rel=1e-6)
     first_zero = next(t for t, c in enumerate(custom) if c["exact_zeros"] > 0)
-    assert all(v == 0 for v in list(stored.values())[: first_zero + 1])
+    assert set(list(stored[gap_tag].values())[: first_zero + 1]) == {IDENTICAL_LOG10}
+    assert any(value > IDENTICAL_LOG10 for value in stored[gap_tag].values())
+    assert stored[FINAL_LOSS_VS_REFERENCE] == {steps - 1: pytest.approx(expected[-1], rel=1e-6)}
     rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
     assert list(rows) == ["activation=relu", "activation=myrelu"]  # the reference first
     assert rows["activation=myrelu"]["reference_group"] == "activation=relu"

@@ -60,14 +60,14 @@ def test_events_hold_every_step_of_the_loop(default_run, reference):
     assert [step for step, _ in logged["loss/train"]] == list(range(500))
     # Event files store float32 scalars; the loss is float32, so it survives exactly.
     assert [v for _, v in logged["loss/train"]] == [r["loss"] for r in reference]
-    assert [v for _, v in logged["activation/exact_zeros"]] == [r["exact_zeros"] for r in reference]
-    assert [v for _, v in logged["activation/dead_fraction"]] == pytest.approx(
+    assert [v for _, v in logged["units/exact_zeros"]] == [r["exact_zeros"] for r in reference]
+    assert [v for _, v in logged["units/dead_fraction"]] == pytest.approx(
         [r["dead_fraction"] for r in reference], abs=1e-7
     )
     for tag, key in [
-        ("grad_norm/w1", "grad_w1"),
-        ("grad_norm/w2", "grad_w2"),
-        ("weight_norm/w1", "weight_w1"),
+        ("norm/grad_w1", "grad_w1"),
+        ("norm/grad_w2", "grad_w2"),
+        ("norm/weight_w1", "weight_w1"),
     ]:
         torch.testing.assert_close(
             torch.tensor([v for _, v in logged[tag]]),
@@ -76,7 +76,7 @@ def test_events_hold_every_step_of_the_loop(default_run, reference):
             atol=0,
         )
     total = [math.hypot(r["grad_w1"], r["grad_w2"]) for r in reference]
-    assert [v for _, v in logged["grad_norm/total"]] == pytest.approx(total, rel=1e-5)
+    assert [v for _, v in logged["norm/grad_total"]] == pytest.approx(total, rel=1e-5)
 
 
 def test_exact_zero_preactivations_occur_in_the_reference(reference):
@@ -109,7 +109,7 @@ def test_hparams_land_in_the_same_run(default_run, reference):
         "_hparams_/session_end_info",
     }
     assert b"myrelu" in plugin_data["_hparams_/session_start_info"]
-    final = events.Scalars("hparams/final_loss")
+    final = events.Scalars("summary/final_loss")
     assert [e.value for e in final] == [reference[-1]["loss"]]
     assert not [p for p in run_dir.iterdir() if p.is_dir()]  # no sub-run
 
@@ -138,7 +138,7 @@ def test_deeper_mlp_logs_a_norm_per_weight(tmp_path):
     config.model.hidden = [32, 16]
     train.run(config, tmp_path)
     tags = set(scalars(tmp_path))
-    assert {"grad_norm/w1", "grad_norm/w2", "grad_norm/w3", "weight_norm/w3"} <= tags
+    assert {"norm/grad_w1", "norm/grad_w2", "norm/grad_w3", "norm/weight_w3"} <= tags
 
 
 def test_float64_starts_from_the_same_draw(tmp_path):
@@ -218,14 +218,14 @@ def test_a_row_counts_dead_units_zeros_and_norms_the_same_with_the_kernel_or_tor
     assert block.live_units == [[3]]
     row = dict(zip(streamed(len(weights)), block.rows[0]))
     assert row["loss/train"] == 1.5
-    assert row["activation/dead_fraction"] == 0.4
-    assert row["activation/exact_zeros"] == 2
+    assert row["units/dead_fraction"] == 0.4
+    assert row["units/exact_zeros"] == 2
     # Norms in double: exact here, as both paths compute them.
-    assert row["grad_norm/w1"] == math.sqrt(4 * 203)
-    assert row["grad_norm/total"] == math.sqrt(4 * 203)
+    assert row["norm/grad_w1"] == math.sqrt(4 * 203)
+    assert row["norm/grad_total"] == math.sqrt(4 * 203)
     # The seed's update: 1 - 0.25 * 2 = 0.5 everywhere; the gradients are dropped.
     assert torch.equal(weights[0].detach(), torch.full((29, 7), 0.5))
-    assert row["weight_norm/w1"] == math.sqrt(0.25 * 203)
+    assert row["norm/weight_w1"] == math.sqrt(0.25 * 203)
     assert weights[0].grad is None and weights[1].grad is None
     assert stream.flush().steps == []
 
