@@ -526,6 +526,15 @@ def test_a_full_disk_at_start_is_one_line_and_leaves_no_directory(tmp_path, smal
             ["activation.target=no.such.Thing"],
             "reluexp: error: activation.target=no.such.Thing: not an importable",
         ),
+        (
+            ["activation=leaky_relu", "activation.params.negative_slope=abc"],
+            "reluexp: error: activation.params.negative_slope='abc': expected a number",
+        ),
+        (
+            ["activation=leaky_relu", "+activation.params.bogus=1"],
+            "reluexp: error: activation.params.bogus: reluexp.functions.LeakyReLU takes "
+            "negative_slope",
+        ),
     ],
 )
 def test_values_that_cannot_run_are_one_line_and_leave_no_directory(tmp_path, args, message):
