@@ -960,7 +960,6 @@ def training_parity(
     """The experiment trained with the activation and with its reference, same seed: right vs
     wrong decided on the float64 pair, where rounding drifts ~1e-10; the float32 pair's drift
     shown as information. Non-finite losses first."""
-    group, name = "training", "training parity"
     runs = {
         (dtype, side): train_side(config, check_dir / f"train_{dtype}_{side}", target, dtype)
         for dtype in ("float64", "float32")
@@ -974,40 +973,60 @@ def training_parity(
         check_dir / "train_float32_reference",
         config.activation.name,
     )
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {
+        dtype: {
+            "target_diverged_at": runs[dtype, "target"].diverged_at,
+            "reference_diverged_at": runs[dtype, "reference"].diverged_at,
+        }
+        for dtype in ("float64", "float32")
+    }
+    verdict = non_finite_parity(config, check_dir, runs)
+    if (
+        verdict is None
+        and subject.surrogate is not None
+        and not reference_follows_surrogate(subject)
+    ):
+        losses = runs["float32", "target"].losses
+        verdict = (
+            INFO,
+            f"trains from {losses[0]:.4g} to {losses[-1]:.4g} in {len(losses)} steps; not "
+            "compared with the reference, whose gradient is not the declared surrogate",
+        )
+    if verdict is None:
+        for dtype in ("float64", "float32"):
+            report[dtype] |= parting(runs[dtype, "target"], runs[dtype, "reference"])
+        verdict = finite_parity(report["float64"], report["float32"], kinks)
+    status, detail = verdict
+    return Result("training", "training parity", status, detail), report
+
+
+def non_finite_parity(
+    config: Config, check_dir: Path, runs: dict[tuple[str, str], Series]
+) -> tuple[str, str] | None:
+    """The verdict when a run's loss is non-finite: the activation's alone fails; both is the
+    experiment's settings, with settings under which the reference trains."""
     for dtype in ("float64", "float32"):
         target, reference = runs[dtype, "target"], runs[dtype, "reference"]
-        report[dtype] = {
-            "target_diverged_at": target.diverged_at,
-            "reference_diverged_at": reference.diverged_at,
-        }
         if target.diverged_at is not None and reference.diverged_at is None:
-            detail = (
+            return LARGE, (
                 f"in {dtype} the loss is non-finite from step {target.diverged_at} while the "
                 f"reference trains (final loss {reference.losses[-1]:.4g})"
             )
-            return Result(group, name, LARGE, detail), report
-    if (
-        runs["float64", "target"].diverged_at is not None
-        or runs["float32", "target"].diverged_at is not None
-    ):
-        gentler = settings_that_train(config, check_dir)
-        hint = f"; {gentler} trains the reference" if gentler else ""
-        detail = (
-            "both runs diverge: the experiment's settings are too large for this activation, "
-            f"not a fault of the Function{hint}"
-        )
-        return Result(group, name, INFO, detail), report
-    if subject.surrogate is not None and not reference_follows_surrogate(subject):
-        losses = runs["float32", "target"].losses
-        detail = (
-            f"trains from {losses[0]:.4g} to {losses[-1]:.4g} in {len(losses)} steps; not compared "
-            "with the reference, whose gradient is not the declared surrogate"
-        )
-        return Result(group, name, INFO, detail), report
-    for dtype in ("float64", "float32"):
-        report[dtype] |= parting(runs[dtype, "target"], runs[dtype, "reference"])
-    exact64, exact32 = report["float64"], report["float32"]
+    if all(runs[dtype, "target"].diverged_at is None for dtype in ("float64", "float32")):
+        return None
+    gentler = settings_that_train(config, check_dir)
+    hint = f"; {gentler} trains the reference" if gentler else ""
+    return INFO, (
+        "both runs diverge: the experiment's settings are too large for this activation, "
+        f"not a fault of the Function{hint}"
+    )
+
+
+def finite_parity(
+    exact64: dict[str, Any], exact32: dict[str, Any], kinks: list[Kink]
+) -> tuple[str, str]:
+    """Right vs wrong from where the float64 pair parts; the float32 pair's drift, and exact
+    zeros before parting (a convention at the kink), as information."""
     first, at_parting = exact64["first_parting_step"], exact64["relative_difference_at_parting"]
     # Rounding shows where two float64 runs first part as a difference of ~1e-16 (however far
     # a chaotic network carries it later); a gradient that is not the reference's, as one far
@@ -1020,12 +1039,11 @@ def training_parity(
         and (at_parting is None or at_parting > FLOAT64_PARTING)
         and (first == 1 or not steps)
     ):
-        detail = (
+        return WRONG, (
             f"the float64 runs part at step {first} by {at_parting or math.inf:.3g} (relative), "
             f"far beyond rounding (~1e-16), and end up {exact64['max_relative_difference']:.3g} "
             "apart: the Function does not train like its reference"
         )
-        return Result(group, name, WRONG, detail), report
     if first is None:
         detail = f"float64 runs identical over {exact64['steps']} steps"
     else:
@@ -1034,28 +1052,22 @@ def training_parity(
             f"float64 runs part at step {first} by {at_parting:.2g} ({cause}) and end up "
             f"{exact64['max_relative_difference']:.2g} apart by step {exact64['steps'] - 1}"
         )
-    status = PASS
     for dtype, pair in (("float64", exact64), ("float32", exact32)):
         zeros = pair["exact_zeros_before_parting"]
         if zeros:
-            status = CONVENTION
-            detail += (
+            return CONVENTION, detail + (
                 f"; in {dtype} they part at step {pair['first_parting_step']}, after {zeros} "
                 f"exact-zero pre-activation(s) at step {pair['first_parting_step'] - 1} "
                 f"({pair['steps_with_exact_zeros']} steps had exact zeros; max relative "
                 f"difference {pair['max_relative_difference']:.3g})"
             )
-            break
-    else:
-        if exact32["first_parting_step"] is None:
-            detail += "; float32 runs identical too"
-        else:
-            detail += (
-                f"; in float32 they part at step {exact32['first_parting_step']} and drift "
-                f"{exact32['max_relative_difference']:.2g} by step {exact32['steps'] - 1} from "
-                "rounding alone"
-            )
-    return Result(group, name, status, detail), report
+    if exact32["first_parting_step"] is None:
+        return PASS, detail + "; float32 runs identical too"
+    return PASS, detail + (
+        f"; in float32 they part at step {exact32['first_parting_step']} and drift "
+        f"{exact32['max_relative_difference']:.2g} by step {exact32['steps'] - 1} from "
+        "rounding alone"
+    )
 
 
 def guarded_training(

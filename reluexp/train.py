@@ -318,6 +318,7 @@ class Training:
     stop: StopSignals
     progress: Progress
     reserve: DiskReserve
+    start_step: int  # where this process started: a resumed run's checkpoint
 
 
 def train_loop(training: Training) -> None:
@@ -467,12 +468,10 @@ def _run(
         job_environment(device, config.threads, second_signal_exits) as stop,
     ):
         seeded = seeded_data(config)
-        data = seeded[0]
         if checkpoint is not None:
-            sizes = data.layer_sizes(config.model.hidden)
+            sizes = seeded[0].layer_sizes(config.model.hidden)
             check_checkpoint(checkpoint, config, sizes, f"resume={run_dir}")
         data, state = build_state(config, device, seeded, checkpoint, activation)
-        start_step = state.step
         summaries.record_start(
             run_dir,
             summary,
@@ -481,71 +480,77 @@ def _run(
             threads=torch.get_num_threads(),
             slurm_job_id=slurm_job_id(),
         )
-        events = EventWriter(run_dir, purge_step=start_step if checkpoint is not None else None)
+        resumed_at = state.step if checkpoint is not None else None
+        events = EventWriter(run_dir, purge_step=resumed_at)
         if checkpoint is None:
             events.declare(hparams(config, device, data), varying)
         batch = len(data.x) if config.data.batch_size is None else config.data.batch_size
         recorder = Recorder(config, state, events, summary.warnings, min(batch, len(data.x)))
-        progress = Progress(config.steps, start_step, lambda: state.final_loss, not config.quiet)
         trained_beside = [*state.biases, *state.activation_params.values()]
+        update = WeightUpdate(
+            state.weights, state.optimizer, config.lr, trained_beside, recorder.stream.kernel_blocks
+        )
         training = Training(
             config,
             run_dir,
             data,
             state,
             activation,
-            WeightUpdate(
-                state.weights,
-                state.optimizer,
-                config.lr,
-                trained_beside,
-                recorder.stream.kernel_blocks,
-            ),
+            update,
             recorder,
             stop,
-            progress,
+            Progress(config.steps, state.step, lambda: state.final_loss, not config.quiet),
             reserve,
+            start_step=state.step,
         )
         try:
-            train_loop(training)
-            if not recorder.stopped:
-                save_state(run_dir, config, state)
-            if stop.signum is not None:
-                summary.signal = signal.Signals(stop.signum).name
-                finish(training, summary, start_step, "interrupted")
-                log.warning(
-                    "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
-                )
-                raise Interrupted(stop.signum)
-            last_step = recorder.diverged_at if recorder.stopped else state.step - 1
-            events.hparams_end(max(last_step, 0), state.final_loss, state.min_loss)
-        except Interrupted:
-            raise
-        except Exception as error:
-            record_failure(training, summary, start_step, error)
-            raise
+            train_to_the_end(training, summary)
         finally:
-            progress.close()
+            training.progress.close()
+    return record_the_end(training, summary)
+
+
+def train_to_the_end(training: Training, summary: RunSummary) -> None:
+    """Train, checkpoint the last step; an interruption or a failure is recorded as the run's
+    outcome on its way out."""
+    state, recorder, stop = training.state, training.recorder, training.stop
+    try:
+        train_loop(training)
+        if not recorder.stopped:
+            save_state(training.run_dir, training.config, state)
+        if stop.signum is not None:
+            summary.signal = signal.Signals(stop.signum).name
+            finish(training, summary, "interrupted")
+            log.warning(
+                "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
+            )
+            raise Interrupted(stop.signum)
+        last_step = recorder.diverged_at if recorder.stopped else state.step - 1
+        recorder.events.hparams_end(max(last_step, 0), state.final_loss, state.min_loss)
+    except Interrupted:
+        raise
+    except Exception as error:
+        # A failed run keeps its evidence: the steps recorded up to the failure reach its
+        # summary and, as far as the disk allows, its events.
+        summary.error = f"{type(error).__name__}: {error}"
+        finish(training, summary, "failed")
+        raise
+
+
+def record_the_end(training: Training, summary: RunSummary) -> float:
+    """A run that trained to its last step, or to a divergence: its outcome, its warnings."""
+    recorder = training.recorder
     summary.diverged_at_step = recorder.diverged_at
     status = "completed" if recorder.diverged_at is None else "diverged"
     if status == "completed":
         recorder.check_progress()
-    finish(training, summary, start_step, status)
+    finish(training, summary, status)
     if recorder.diverged_at is not None:
         log.warning("diverged: non-finite loss at step %d", recorder.diverged_at)
-    return state.final_loss
+    return training.state.final_loss
 
 
-def record_failure(
-    training: Training, summary: RunSummary, start_step: int, error: Exception
-) -> None:
-    """A failed run keeps its evidence: the steps recorded up to the failure reach its summary
-    and, as far as the disk allows, its events."""
-    summary.error = f"{type(error).__name__}: {error}"
-    finish(training, summary, start_step, "failed")
-
-
-def finish(training: Training, summary: RunSummary, start_step: int, status: str) -> None:
+def finish(training: Training, summary: RunSummary, status: str) -> None:
     """Record the run's outcome in summary.json, write the steps still waiting, close the event
     file. The disk reserve is released first: on a disk that filled up, the summary and the
     log's line fit, and the events come last, as far as they fit."""
@@ -554,7 +559,7 @@ def finish(training: Training, summary: RunSummary, start_step: int, status: str
     unwritten = recorder.collect()
     segment_time = time.perf_counter() - state.segment_start
     # Steps this process ran, past a divergence too (until a flush saw it).
-    executed_steps = state.step - start_step
+    executed_steps = state.step - training.start_step
     summaries.record_end(
         training.run_dir,
         summary,
