@@ -84,6 +84,11 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
+        if self.signum is not None and not self.second_exits:
+            # A worker that stopped may still get the stop's other copy: it keeps this handler,
+            # which only records it, until it exits (the default one would end it before its
+            # closing line).
+            return
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 

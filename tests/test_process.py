@@ -34,6 +34,24 @@ def test_job_environment_puts_back_after_a_job_that_raised():
     assert torch.get_num_threads() == threads
 
 
+def test_a_stopped_worker_ignores_the_stops_second_copy_until_it_exits():
+    """A joblib worker gets Ctrl-C from the terminal's group and again from its sweep; the copy
+    that arrives after its job has stopped must not end it before its closing line."""
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with job_environment(torch.device("cpu"), threads=None, second_signal_exits=False) as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop.signum == signal.SIGINT
+        os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt with the handler put back
+        assert stop.signum == signal.SIGINT
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    # Not stopped: the handlers are put back as for any job.
+    with job_environment(torch.device("cpu"), threads=None, second_signal_exits=False):
+        pass
+    assert signal.getsignal(signal.SIGINT) == handler
+
+
 PAGE_FAULTS_OF_A_REALLOCATION = """
 import contextlib, resource, sys, torch
 from reluexp.process import keep_freed_memory
