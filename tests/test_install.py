@@ -20,6 +20,10 @@ pytestmark = pytest.mark.slow
 
 # What a wheel is built from: the package, its configs and the metadata.
 SOURCES = ["pyproject.toml", "README.md", "reluexp", "conf", "experiments", "hydra_plugins"]
+# setuptools' PEP 517 hook: the sdist's file name, written into the directory given.
+BUILD_SDIST = (
+    "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+)
 
 
 def write_user_configs(root: Path) -> Path:
@@ -61,8 +65,19 @@ def install_wheel(root: Path, env: dict[str, str] | None = None) -> Path:
             shutil.copytree(REPO_ROOT / name, source / name, ignore=ignore)
         else:
             shutil.copy(REPO_ROOT / name, source / name)
+    # The wheel is built from an sdist, as pip builds one from the registry's: whatever either
+    # leaves out (the launcher plugin, the C file, a config) fails the tests that use it.
+    sdist = subprocess.run(
+        [sys.executable, "-c", BUILD_SDIST, str(root)],
+        cwd=source,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     pip = [sys.executable, "-m", "pip"]
-    build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root), str(source)]
+    archive = root / sdist.stdout.strip().splitlines()[-1]
+    build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root), str(archive)]
     subprocess.run(pip + build, check=True, capture_output=True, timeout=300, env=env)
     (wheel,) = root.glob("reluexp-*.whl")
     venv = root / "venv"
