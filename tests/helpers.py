@@ -73,20 +73,15 @@ def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedPr
     return result
 
 
-class RaisesAtStep50(torch.autograd.Function):
-    """A ReLU whose backward raises on its 51st call (step 50 of a run with one hidden layer)."""
+class RaisesAtStep50(SeedRelu):
+    """The seed's ReLU, whose backward raises on its 51st call (step 50 of a run with one hidden
+    layer)."""
 
     calls = 0
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.clamp(min=0)
 
     @staticmethod
     def backward(ctx, grad_output):
         RaisesAtStep50.calls += 1
         if RaisesAtStep50.calls > 50:
             raise RuntimeError("planted failure at step 50")
-        (x,) = ctx.saved_tensors
-        return grad_output * (x > 0)
+        return SeedRelu.backward(ctx, grad_output)
