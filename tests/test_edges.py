@@ -282,7 +282,9 @@ def descendants(pid: int) -> set[int]:
 )
 def test_a_signal_to_a_joblib_sweep_stops_every_job_resumably(tmp_path, signals, code):
     joblib = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    args = ["-m", *joblib, "seed=range(0,40)", f"steps={STEPS * 10}", "checkpoint_every=200"]
+    # Jobs long enough to be running when the signal comes (a few seconds each), short enough
+    # for the resume below to finish soon.
+    args = ["-m", *joblib, "seed=range(0,40)", f"steps={STEPS * 2}", "checkpoint_every=200"]
     process = start(*args, *SMALL, cwd=tmp_path, own_group=True)
     multirun = tmp_path / "outputs" / "multirun"
     deadline = time.monotonic() + 120
