@@ -283,9 +283,9 @@ def pair_name(group: Group) -> str:
     return f"{own_parts(group.label, reference)} vs {own_parts(reference, group.label)}"
 
 
-def parting(group: Group) -> str:
-    parted = group.parts_at()
-    return "identical" if parted is None else f"parts at step {parted}"
+def parting(step: int | None) -> str:
+    """Where a custom group first parts from its reference (Group.parts_at), in words."""
+    return "identical" if step is None else f"parts at step {step}"
 
 
 def pair_png(group: Group) -> bytes:
@@ -312,7 +312,7 @@ def pair_png(group: Group) -> bytes:
         axes.set_ylabel("|relative loss gap|", fontsize=13)
         axes.tick_params(labelsize=12)
         axes.grid(True, which="major", alpha=0.3)
-    figure.suptitle(textwrap.fill(f"{pair_name(group)}: {parting(group)}", 36), fontsize=18)
+    figure.suptitle(textwrap.fill(f"{pair_name(group)}: {parting(parted)}", 36), fontsize=18)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
@@ -459,7 +459,7 @@ def gap_text(row: dict[str, object]) -> str:
     parted = row["parts_at_step"]
     return (
         f"{gap:+.2e} vs {own_parts(str(row['reference_group']), str(row['group']))} "
-        f"({'identical' if parted is None else f'parts at step {parted}'})"
+        f"({parting(parted)})"
     )
 
 
@@ -531,7 +531,7 @@ def plot(groups: list[Group], path: Path) -> None:
             # runs part.
             steps = sorted(group.gap)
             gaps = [group.gap[s] for s in steps]
-            label = f"{pair_name(group)}: {parting(group)}"
+            label = f"{pair_name(group)}: {parting(group.parts_at())}"
             difference_axes[0].plot(steps, gaps, color=color, linewidth=1.2, label=label)
     loss_axes.set_yscale("log")
     loss_axes.set_xlabel("step")

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from reluexp import report
@@ -32,7 +33,10 @@ class Plan:
         return " ".join(o for o in overrides if o.split("=", 1)[0] in self.varying)
 
 
+@cache
 def sweep_plan(sweep_dir: Path) -> Plan:
+    """The sweep's plan, read once per process: every job's lines ask for it, and parsing
+    multirun.yaml's overrides takes ~25 ms."""
     planned = report.planned_jobs(sweep_dir)
     if not isinstance(planned, list):
         return Plan(planned, None)

@@ -239,6 +239,12 @@ def log10(value: float) -> float:
 Objective = Callable[..., tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], Any]]
 
 
+def detached(
+    hidden: list[tuple[torch.Tensor, torch.Tensor]],
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(pre.detach(), post.detach()) for pre, post in hidden]
+
+
 def squared_error(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -253,7 +259,7 @@ def squared_error(
     and added every step (at N=4096, H=4096 two 64 MiB fills and a 64 MiB copy: about a tenth
     of the step)."""
     y_pred, hidden = forward(x, weights, activation, biases)
-    return (y_pred - y).pow(2).sum(), [(pre.detach(), post.detach()) for pre, post in hidden], None
+    return (y_pred - y).pow(2).sum(), detached(hidden), None
 
 
 def cross_entropy(
@@ -267,7 +273,7 @@ def cross_entropy(
     layers (as squared_error), and the logits (detached) for the accuracy."""
     logits, hidden = forward(x, weights, activation, biases)
     loss = torch.nn.functional.cross_entropy(logits, y)
-    return loss, [(pre.detach(), post.detach()) for pre, post in hidden], logits.detach()
+    return loss, detached(hidden), logits.detach()
 
 
 def objective(config: Config, data: Dataset) -> Objective:
