@@ -1,29 +1,58 @@
-"""The Function lab's default check, `python -m reluexp.check activation=myrelu`, as a whole
-process: this tree against another installation's (--compare), alternating, same machine, one
-run; and `python -c "import torch"`, the floor every check starts from.
+"""The Function lab's default check as a whole process, against `python -c "import torch,
+reluexp.lab"` (the floor every check starts from), alternating, one run: for the corpus's
+median Function (by in-process check time over tests/corpus.py's correct Functions), with the
+seconds of each stage of the check (check.json's `seconds`).
 
     python -m benchmarks.lab [--processes 7] [--compare /path/to/other/python]
 """
 
 import argparse
+import contextlib
+import io
+import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from benchmarks.common import alternate, machine, summarize, write_section
+from reluexp.lab.command import main as check
+from tests import corpus
 
-CHECK = ["-m", "reluexp.check", "activation=myrelu"]
+FLOOR = ["-c", "import torch, reluexp.lab"]
 
 
-def process(command: list[str]) -> float:
-    with tempfile.TemporaryDirectory() as cwd:
+def median_function() -> tuple[str, list[str], dict[str, float]]:
+    """The correct corpus Function whose in-process check takes the median time, and every
+    Function's time."""
+    seconds = {}
+    with tempfile.TemporaryDirectory() as directory, contextlib.redirect_stdout(io.StringIO()):
+        for name, overrides in corpus.CORRECT.items():
+            start = time.perf_counter()
+            check([*overrides, f"hydra.run.dir={directory}/{name}"])
+            seconds[name] = time.perf_counter() - start
+    ordered = sorted(seconds, key=seconds.get)
+    name = ordered[len(ordered) // 2]
+    return name, corpus.CORRECT[name], seconds
+
+
+def process(command: list[str], stages: list[dict[str, float]] | None = None) -> float:
+    # From the repository root, where tests.corpus imports; the report in a temporary directory.
+    with tempfile.TemporaryDirectory() as directory:
         start = time.perf_counter()
         subprocess.run(
-            [*command, f"hydra.run.dir={cwd}/check"], cwd=cwd, check=True, capture_output=True
+            [*command, f"hydra.run.dir={directory}/check"],
+            cwd=Path(__file__).resolve().parent.parent,
+            check=True,
+            capture_output=True,
         )
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        report = Path(directory) / "check" / "check.json"
+        if stages is not None and report.exists():
+            stages.append(json.loads(report.read_text())["seconds"])
+        return elapsed
 
 
 def main() -> None:
@@ -31,29 +60,46 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=7)
     parser.add_argument("--compare", help="another installation's python, measured beside")
     args = parser.parse_args()
-    commands = {"`python -m reluexp.check activation=myrelu`, this tree": [sys.executable, *CHECK]}
-    if args.compare:
-        commands[f"the same, {args.compare}"] = [args.compare, *CHECK]
+    name, overrides, in_process = median_function()
+    check_command = ["-m", "reluexp.check", *overrides]
+    stages: list[dict[str, float]] = []
     candidates = {
-        name: (lambda command=command: process(command)) for name, command in commands.items()
+        f"`python -m reluexp.check` of {name}, this tree": lambda: process(
+            [sys.executable, *check_command], stages
+        ),
+        '`python -c "import torch, reluexp.lab"`': lambda: process([sys.executable, *FLOOR]),
     }
-    # The floor: torch's import (the hydra.run.dir argument is ignored by python -c).
-    candidates['`python -c "import torch"`'] = lambda: process(
-        [sys.executable, "-c", "import torch"]
-    )
+    if args.compare:
+        candidates[f"the same check, {args.compare}"] = lambda: process(
+            [args.compare, *check_command]
+        )
     samples = alternate(candidates, args.processes)
-    base = statistics.median(next(iter(samples.values())))
+    check_seconds, floor_seconds = (statistics.median(v) for v in list(samples.values())[:2])
     lines = [
         "## The Function lab's default check",
         "",
-        f"`python -m benchmarks.lab`: {machine()}. Medians (min–max) over {args.processes} "
-        "alternating whole processes.",
+        f"`python -m benchmarks.lab`: {machine()}. The corpus's median Function by in-process "
+        f"check time ({len(in_process)} correct Functions, "
+        f"{min(in_process.values()):.2f}–{max(in_process.values()):.2f} s each, median "
+        f"{statistics.median(in_process.values()):.2f} s): `{name}`. Medians (min–max) over "
+        f"{args.processes} alternating whole processes.",
         "",
-        "| process | seconds | ratio to this tree's check |",
+        "| process | seconds | ratio to the floor |",
         "| --- | --- | --- |",
     ]
-    for name, values in samples.items():
-        lines.append(f"| {name} | {summarize(values)} | {statistics.median(values) / base:.3f} |")
+    for label, values in samples.items():
+        ratio = statistics.median(values) / floor_seconds
+        lines.append(f"| {label} | {summarize(values)} | {ratio:.2f} |")
+    lines += [
+        "",
+        f"The check is **{check_seconds / floor_seconds:.2f}x** the floor. Its stages, in the "
+        "check process (medians):",
+        "",
+        "| stage | seconds |",
+        "| --- | --- |",
+    ]
+    for stage in stages[0] if stages else []:
+        lines.append(f"| {stage} | {statistics.median(s[stage] for s in stages):.3f} |")
     write_section("lab", "\n".join(lines))
     print("\n".join(lines))
 

@@ -103,21 +103,25 @@ def is_module(obj: object) -> bool:
     return inspect.isclass(obj) and issubclass(obj, nn.Module)
 
 
+def arguments_after_input(obj: object) -> list[inspect.Parameter]:
+    """What obj takes besides its input: a Function's forward arguments after the input (and
+    the ctx, unless setup_context takes it), a Module's constructor arguments, a function's
+    arguments after the first. Raises TypeError or ValueError where there is no signature."""
+    if is_function(obj):
+        skip = 1 if obj.setup_context is not torch.autograd.Function.setup_context else 2
+        return list(inspect.signature(obj.forward).parameters.values())[skip:]
+    if is_module(obj):
+        return list(inspect.signature(obj.__init__).parameters.values())[1:]
+    return list(inspect.signature(obj).parameters.values())[1:]
+
+
 def checked_params(obj: object, params: dict[str, Any], path: str) -> tuple[Any, ...]:
     """activation.params checked against what obj takes after its input (each key must name an
     argument; a number where the default is a number), and, for a Function, as the positional
     arguments after the input (Function.apply takes no keywords before torch 2.4). A builtin
     without a Python signature takes them as they are."""
-    if is_function(obj):
-        signature_of = obj.forward
-        # forward(ctx, input, ...) unless setup_context takes the ctx.
-        skip = 1 if obj.setup_context is not torch.autograd.Function.setup_context else 2
-    elif is_module(obj):
-        signature_of, skip = obj.__init__, 1
-    else:
-        signature_of, skip = obj, 1
     try:
-        parameters = list(inspect.signature(signature_of).parameters.values())[skip:]
+        parameters = arguments_after_input(obj)
     except (TypeError, ValueError):
         return tuple(params.values())
     names = {p.name: p for p in parameters if p.kind is not p.VAR_KEYWORD}
@@ -142,6 +146,41 @@ def checked_params(obj: object, params: dict[str, Any], path: str) -> tuple[Any,
     if missing:
         raise ConfigError(f"activation.params.{missing[0]}: {path} needs it")
     return tuple(params.get(p.name, p.default) for p in parameters)
+
+
+def accepted(obj: object, params: dict[str, Any]) -> dict[str, Any]:
+    """The params obj takes besides its input (all, for **kwargs or a builtin without a
+    signature): a reference or a surrogate takes the target's params it knows."""
+    try:
+        parameters = arguments_after_input(obj)
+    except (TypeError, ValueError):
+        return dict(params)
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return dict(params)
+    names = {p.name for p in parameters}
+    return {key: value for key, value in params.items() if key in names}
+
+
+def resolved(obj: object, key: str) -> object:
+    """obj, or the object its dotted path names."""
+    return import_object(obj, key) if isinstance(obj, str) else obj
+
+
+def surrogate_of(obj: object, params: dict[str, Any], key: str) -> Callable | None:
+    """g(x) from the declared g(x, **params): a Python (or torch) function, never called here.
+    A builtin (os.system) or a class is refused before it could run."""
+    if obj is None:
+        return None
+    g = resolved(obj, key)
+    module = getattr(g, "__module__", "") or ""
+    if not (
+        inspect.isfunction(g) or isinstance(g, functools.partial) or module.startswith("torch")
+    ):
+        raise ConfigError(
+            f"{key}={obj}: a {type(g).__name__}, not a function g(x, **params) returning the "
+            "derivative the backward computes"
+        )
+    return functools.partial(g, **accepted(g, params))
 
 
 def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:

@@ -89,7 +89,7 @@ class Lifecycle(Callback):
     after its jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from reluexp.activations import resolve_activation
+        from reluexp.activations import resolve_activation, surrogate_of
         from reluexp.device import check_memory, resolve_device
 
         with start_up_checks():
@@ -100,7 +100,10 @@ class Lifecycle(Callback):
             validate(typed)
             check_memory(typed, resolve_device(typed.device))
             if config.resume is None:  # a resumed run imports its own, stored target
-                resolve_activation(typed.activation.target, typed.activation.params)
+                activation = typed.activation
+                resolve_activation(activation.target, activation.params)
+                # Training never calls the surrogate; a typo in it still ends the command here.
+                surrogate_of(activation.surrogate, activation.params, "activation.surrogate")
             check_writable("hydra.run.dir", config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -277,9 +280,9 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
     worker = in_worker_processes(hydra_config)
     try:
         if config.resume is not None or requeued(run_dir):
-            final_loss = train.resume(run_dir, second_signal_exits=not worker)
+            result = train.resume(run_dir, second_signal_exits=not worker)
         else:
-            final_loss = train.run(
+            result = train.run(
                 config,
                 run_dir,
                 overrides=overrides,
@@ -318,7 +321,7 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
         return math.nan
     if single:
         print(closing_line(run_dir), file=sys.stderr)
-    return final_loss
+    return result.final_loss
 
 
 def requeued(run_dir: Path) -> bool:

@@ -37,13 +37,16 @@ class ActivationConfig:
     name: str = "myrelu"
     # Dotted path to an autograd Function, an nn.Module class or a plain function.
     target: str | None = "reluexp.functions.MyReLU"
-    # Dotted path to the built-in the activation imitates.
+    # Dotted path to the built-in the activation imitates (optional: reluexp.check compares with
+    # it when given).
     reference: str | None = "torch.relu"
-    # Keyword arguments for the target and the reference alike (e.g. negative_slope).
+    # Keyword arguments of the target (e.g. negative_slope); the reference and the surrogate get
+    # those they take. A custom activation's are new keys: +activation.params.x=1.
     params: dict[str, Any] = field(default_factory=dict)
     # Dotted path to the derivative the backward means to compute when it is deliberately not the
-    # forward's (a surrogate gradient: a spiking neuron's smooth stand-in for a step's 0); called
-    # with the input and the params. reluexp.check checks the backward against it.
+    # forward's (a surrogate gradient: a spiking neuron's smooth stand-in for a step's 0), a
+    # Python function called with the input and the params it takes. reluexp.check checks the
+    # backward against it.
     surrogate: str | None = None
 
 

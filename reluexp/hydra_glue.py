@@ -141,6 +141,10 @@ def one_line(error: BaseException) -> str:
     cause = str(error.__cause__).strip() if error.__cause__ is not None else ""
     if cause:
         line = f"{line.rstrip('.')}: {cause.splitlines()[0]}"
+    # A key the config does not have (a custom activation's param) is added with Hydra's `+`.
+    append = re.search(r"To append to your config use (\+\S+)", text)
+    if append:
+        line += f"; a new key is added with a +: {append.group(1)}"
     # A missing group option comes with the available ones, one per tab-indented line.
     options = re.findall(r"^\t(\S+)$", text, flags=re.M)
     if options:

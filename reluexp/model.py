@@ -36,5 +36,7 @@ def forward(
     for i, w in enumerate(weights[:-1]):
         pre = torch.addmm(biases[i], h, w) if biases else h.mm(w)
         h = activation(pre)
+        if h.dtype != pre.dtype:  # a float32 mask for a float64 run (spiking libraries' spikes)
+            h = h.to(pre.dtype)
         hidden.append((pre, h))
     return (torch.addmm(biases[-1], h, weights[-1]) if biases else h.mm(weights[-1])), hidden

@@ -94,20 +94,18 @@ class StopSignals:
 
 
 @contextmanager
-def job_environment(
-    device: torch.device, threads: int | None, second_signal_exits: bool = True
-) -> Iterator[StopSignals]:
-    """Set what a job changes process-wide (torch threads, malloc, signal handlers, RNG state)
-    and put all of it back when the job ends, whatever ran before it in the same process."""
+def job_environment(device: torch.device, threads: int | None) -> Iterator[None]:
+    """Set what a job changes process-wide (torch threads, malloc, RNG state) and put all of it
+    back when the job ends, whatever ran before it in the same process. (Signal handlers are
+    the caller's: StopSignals.)"""
     saved_threads = torch.get_num_threads()
     saved_rng = torch.get_rng_state()
     saved_cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     try:
         if threads is not None:
             torch.set_num_threads(threads)
-        malloc = keep_freed_memory() if device.type == "cpu" else nullcontext()
-        with malloc, StopSignals(second_signal_exits) as stop:
-            yield stop
+        with keep_freed_memory() if device.type == "cpu" else nullcontext():
+            yield
     finally:
         torch.set_num_threads(saved_threads)
         torch.set_rng_state(saved_rng)

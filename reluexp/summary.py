@@ -152,16 +152,18 @@ def versions() -> dict[str, str | None]:
     }
 
 
-def record_start(run_dir: Path, summary: RunSummary, **facts: Any) -> None:
-    """The run has started (or resumed) with these facts (device, dtype, threads, ...)."""
+def record_start(run_dir: Path | None, summary: RunSummary, **facts: Any) -> None:
+    """The run has started (or resumed) with these facts (device, dtype, threads, ...); a run
+    without a directory keeps its summary in memory only."""
     summary.status = "running"
     summary.versions = versions()
     for key, value in facts.items():
         setattr(summary, key, value)
-    summary.write(run_dir)
+    if run_dir is not None:
+        summary.write(run_dir)
 
 
-def record_end(run_dir: Path, summary: RunSummary, status: str, **facts: Any) -> None:
+def record_end(run_dir: Path | None, summary: RunSummary, status: str, **facts: Any) -> None:
     """The run's outcome and its numbers. Recording a failure must not hide it: a summary that
     cannot be written then (a full disk) is only logged."""
     summary.status = status
@@ -170,6 +172,8 @@ def record_end(run_dir: Path, summary: RunSummary, status: str, **facts: Any) ->
         setattr(summary, key, value)
     if summary.min_loss is not None and not math.isfinite(summary.min_loss):
         summary.min_loss = math.nan
+    if run_dir is None:
+        return
     try:
         summary.write(run_dir)
     except OSError as error:

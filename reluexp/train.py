@@ -5,8 +5,10 @@ import logging
 import math
 import signal
 import time
+from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,22 +76,34 @@ class Collected:
     evaluations: list[list[float]]
 
 
+@dataclass
+class Series:
+    """What a run recorded, step by step, kept in memory for its caller (the lab, a notebook):
+    the recorded steps, their losses and their exact-zero pre-activation counts."""
+
+    steps: array = field(default_factory=lambda: array("q"))
+    losses: array = field(default_factory=lambda: array("d"))
+    exact_zeros: array = field(default_factory=lambda: array("d"))
+
+
 class Recorder:
-    """What a flushed block of metric rows means for the run: its events, the article's loss
-    lines, the min and final loss, divergence (a non-finite loss) and warnings (gradients that
-    vanished). Each rule is here once."""
+    """What a flushed block of metric rows means for the run: its events (none for a run
+    without a directory), its series, the article's loss lines, the min and final loss,
+    divergence (a non-finite loss) and warnings (gradients that vanished). Each rule is here
+    once."""
 
     def __init__(
         self,
         config: Config,
         state: RunState,
-        events: EventWriter,
+        events: EventWriter | None,
         warnings: list[str],
         batch: int,
     ):
         self.config = config
         self.state = state
         self.events = events
+        self.series = Series()
         self.stream = MetricStream(
             batch, hidden_sizes(config.model.hidden), state.weights, state.activation_params
         )
@@ -185,7 +199,10 @@ class Recorder:
                 if self.config.stop_on_divergence:
                     del rows[i + 1 :]  # the steps after it trained on a non-finite loss
                     break
+        self.series.steps.extend(block.steps[: len(rows)])
         for row in rows:
+            self.series.losses.append(row[0])
+            self.series.exact_zeros.append(row[self.exact_zeros])
             self.state.steps_with_exact_zeros += row[self.exact_zeros] > 0
             row += [
                 log10(row[0]),
@@ -218,6 +235,8 @@ class Recorder:
         return steps, rows
 
     def write(self, collected: Collected) -> None:
+        if self.events is None:
+            return
         block = collected.rows
         if block.rows:
             log.debug("flushed %d metric rows up to step %d", len(block.rows), block.steps[-1])
@@ -312,19 +331,24 @@ class Batches:
 
 @dataclass
 class Training:
-    """What the loop reads and changes: the run's data, state, and where its steps go."""
+    """What the loop reads and changes: the run's data, state, and where its steps go (no
+    directory: nothing is written, and no signal stops it)."""
 
     config: Config
-    run_dir: Path
+    run_dir: Path | None
     data: Dataset
     state: RunState
     activation: Activation
     update: WeightUpdate
     recorder: Recorder
-    stop: StopSignals
+    stop: StopSignals | None
     progress: Progress
-    reserve: DiskReserve
+    reserve: DiskReserve | None
     start_step: int  # where this process started: a resumed run's checkpoint
+
+    @property
+    def stop_signal(self) -> int | None:
+        return None if self.stop is None else self.stop.signum
 
 
 def train_loop(training: Training) -> None:
@@ -337,7 +361,7 @@ def train_loop(training: Training) -> None:
     compute_loss = torch.compile(loss_of) if config.compile else loss_of
     batches = Batches(data, config.data.batch_size, config.seed)
     stream = recorder.stream
-    while state.step < config.steps and not recorder.stopped and training.stop.signum is None:
+    while state.step < config.steps and not recorder.stopped and training.stop_signal is None:
         step = state.step
         x, y = batches.at(step)
         loss, hidden, logits = compute_loss(x, y, state.weights, training.activation, state.biases)
@@ -363,7 +387,11 @@ def train_loop(training: Training) -> None:
         if stream.due:
             recorder.flush()
         training.progress.update(state.step)
-        if config.checkpoint_every and state.step % config.checkpoint_every == 0:
+        if (
+            training.run_dir is not None
+            and config.checkpoint_every
+            and state.step % config.checkpoint_every == 0
+        ):
             recorder.flush()  # so the checkpoint's min/final loss cover every step before it
             save_state(training.run_dir, config, state)
     recorder.flush()
@@ -397,18 +425,36 @@ def hparams(config: Config, device: torch.device, data: Dataset) -> dict[str, An
     }
 
 
+@dataclass
+class RunResult:
+    """How a run ended and what it recorded: its status, its numbers, the series of its
+    recorded steps and its final state (weights, the activation's parameters)."""
+
+    status: str
+    steps_done: int
+    final_loss: float
+    min_loss: float
+    diverged_at_step: int | None
+    series: Series
+    state: RunState
+    summary: RunSummary
+
+
 def run(
     config: Config,
-    run_dir: Path,
+    run_dir: Path | None = None,
     overrides: Sequence[str] = (),
     *,
+    activation: Activation | None = None,
     varying: frozenset[str] = frozenset(),
     second_signal_exits: bool = True,
-) -> float:
-    """Train the configured model, stream its metrics into run_dir; return the final loss. A
-    stop signal ends it at a step boundary; a second one at once, unless second_signal_exits
-    is off (process.StopSignals). `varying`: the config keys that differ across this run's
-    sweep, which its HParams show first."""
+) -> RunResult:
+    """Train the configured model and return the run's result; with a run_dir, stream its
+    metrics, summary and checkpoints there, and stop at a step boundary on a stop signal (a
+    second one exits at once, unless second_signal_exits is off: process.StopSignals). Without
+    one, nothing is written and signals are left alone. `activation`: the resolved target (else
+    resolved from the config); `varying`: the config keys that differ across this run's sweep,
+    which its HParams show first."""
     validate(config)
     summary = RunSummary(
         started_at=summaries.now(),
@@ -416,11 +462,12 @@ def run(
         overrides=list(overrides),
         config=config_dict(config),
     )
-    return _run(config, run_dir, summary, None, second_signal_exits, varying)
+    return _run(config, run_dir, summary, None, second_signal_exits, varying, activation)
 
 
-def resume(run_dir: Path, *, second_signal_exits: bool = True) -> float:
-    """Continue an interrupted run in its own directory, from its checkpoint, with its config."""
+def resume(run_dir: Path, *, second_signal_exits: bool = True) -> RunResult | RunSummary:
+    """Continue an interrupted run in its own directory, from its checkpoint, with its config;
+    a run that already ended is its summary, untouched."""
     try:
         summary = RunSummary.read(run_dir)
     except SummaryError as error:
@@ -434,7 +481,7 @@ def resume(run_dir: Path, *, second_signal_exits: bool = True) -> float:
             summary.status,
             summary.steps_done,
         )
-        return summary.final_loss
+        return summary
     checkpoint = load_checkpoint(run_dir)
     if checkpoint["config"] != summary.config:
         raise ConfigError(f"resume={run_dir}: checkpoint.pt was written by another config")
@@ -452,27 +499,32 @@ def resume(run_dir: Path, *, second_signal_exits: bool = True) -> float:
 
 def _run(
     config: Config,
-    run_dir: Path,
+    run_dir: Path | None,
     summary: RunSummary,
     checkpoint: dict[str, Any] | None,
     second_signal_exits: bool,
     varying: frozenset[str] = frozenset(),
-) -> float:
+    activation: Activation | None = None,
+) -> RunResult:
     device = resolve_device(config.device)
     if config.data.name == DataName.random:  # real data's sizes are known once it is loaded
         check_memory(config, device)
-    activation = resolve_activation(
-        config.activation.target,
-        config.activation.params,
-        run_dir=run_dir,
-        resumed=checkpoint is not None,
-    )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with (
-        hold_run(run_dir),
-        DiskReserve(run_dir) as reserve,
-        job_environment(device, config.threads, second_signal_exits) as stop,
-    ):
+    if activation is None:
+        activation = resolve_activation(
+            config.activation.target,
+            config.activation.params,
+            run_dir=run_dir,
+            resumed=checkpoint is not None,
+        )
+    with ExitStack() as held:
+        reserve = stop = None
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            held.enter_context(hold_run(run_dir))
+            reserve = held.enter_context(DiskReserve(run_dir))
+        held.enter_context(job_environment(device, config.threads))
+        if run_dir is not None:
+            stop = held.enter_context(StopSignals(second_signal_exits))
         seeded = seeded_data(config)
         if checkpoint is not None:
             sizes = seeded[0].layer_sizes(config.model.hidden)
@@ -486,10 +538,12 @@ def _run(
             threads=torch.get_num_threads(),
             slurm_job_id=slurm_job_id(),
         )
-        resumed_at = state.step if checkpoint is not None else None
-        events = EventWriter(run_dir, purge_step=resumed_at)
-        if checkpoint is None:
-            events.declare(hparams(config, device, data), varying)
+        events = None
+        if run_dir is not None:
+            resumed_at = state.step if checkpoint is not None else None
+            events = EventWriter(run_dir, purge_step=resumed_at)
+            if checkpoint is None:
+                events.declare(hparams(config, device, data), varying)
         batch = len(data.x) if config.data.batch_size is None else config.data.batch_size
         recorder = Recorder(config, state, events, summary.warnings, min(batch, len(data.x)))
         trained_beside = [*state.biases, *state.activation_params.values()]
@@ -519,20 +573,21 @@ def _run(
 def train_to_the_end(training: Training, summary: RunSummary) -> None:
     """Train, checkpoint the last step; an interruption or a failure is recorded as the run's
     outcome on its way out."""
-    state, recorder, stop = training.state, training.recorder, training.stop
+    state, recorder = training.state, training.recorder
     try:
         train_loop(training)
-        if not recorder.stopped:
+        if not recorder.stopped and training.run_dir is not None:
             save_state(training.run_dir, training.config, state)
-        if stop.signum is not None:
-            summary.signal = signal.Signals(stop.signum).name
+        if training.stop_signal is not None:
+            summary.signal = signal.Signals(training.stop_signal).name
             finish(training, summary, "interrupted")
             log.warning(
                 "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
             )
-            raise Interrupted(stop.signum)
+            raise Interrupted(training.stop_signal)
         last_step = recorder.diverged_at if recorder.stopped else state.step - 1
-        recorder.events.hparams_end(max(last_step, 0), state.final_loss, state.min_loss)
+        if recorder.events is not None:
+            recorder.events.hparams_end(max(last_step, 0), state.final_loss, state.min_loss)
     except Interrupted:
         raise
     except Exception as error:
@@ -543,9 +598,9 @@ def train_to_the_end(training: Training, summary: RunSummary) -> None:
         raise
 
 
-def record_the_end(training: Training, summary: RunSummary) -> float:
+def record_the_end(training: Training, summary: RunSummary) -> RunResult:
     """A run that trained to its last step, or to a divergence: its outcome, its warnings."""
-    recorder = training.recorder
+    recorder, state = training.recorder, training.state
     summary.diverged_at_step = recorder.diverged_at
     status = "completed" if recorder.diverged_at is None else "diverged"
     if status == "completed":
@@ -553,14 +608,24 @@ def record_the_end(training: Training, summary: RunSummary) -> float:
     finish(training, summary, status)
     if recorder.diverged_at is not None:
         log.warning("diverged: non-finite loss at step %d", recorder.diverged_at)
-    return training.state.final_loss
+    return RunResult(
+        status,
+        summary.steps_done,
+        state.final_loss,
+        state.min_loss,
+        recorder.diverged_at,
+        recorder.series,
+        state,
+        summary,
+    )
 
 
 def finish(training: Training, summary: RunSummary, status: str) -> None:
     """Record the run's outcome in summary.json, write the steps still waiting, close the event
     file. The disk reserve is released first: on a disk that filled up, the summary and the
     log's line fit, and the events come last, as far as they fit."""
-    training.reserve.release()
+    if training.reserve is not None:
+        training.reserve.release()
     state, recorder = training.state, training.recorder
     unwritten = recorder.collect()
     segment_time = time.perf_counter() - state.segment_start
@@ -577,8 +642,10 @@ def finish(training: Training, summary: RunSummary, status: str) -> None:
         steps_per_s=executed_steps / segment_time if segment_time > 0 else None,
         **state.evaluation,
     )
+    if recorder.events is None:
+        return
     if status == "failed":  # the run's log (only): before the events can fill the disk again
-        file_log.error("failed after step %d: %s", state.step - 1, summary.error)
+        file_log.error("failed at step %d: %s", state.step, summary.error)
     try:
         recorder.write(unwritten)
     except OSError as error:

@@ -282,6 +282,379 @@ class FastSigmoidSpike(torch.autograd.Function):
         return grad, None
 
 
+class HardSigmoidClamp(torch.autograd.Function):
+    """(x + 3).clamp(0, 6) / 6 with backward 1/6 inside (-3, 3): correct, though
+    F.hardsigmoid's float64 kernel keeps float32 constants."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x + 3).clamp(0, 6) / 6
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * ((x > -3) & (x < 3)) / 6
+
+
+class SoftplusLog1pExp(torch.autograd.Function):
+    """log1p(exp(-|x|)) + relu(x) with backward sigmoid(x): correct, though F.softplus is
+    linear above its threshold of 20."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.log1p(torch.exp(-x.abs())) + torch.relu(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * torch.sigmoid(x)
+
+
+class SwishAutoFn(torch.autograd.Function):
+    """timm's memory-efficient Swish (layers/activations_me.py)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.mul(torch.sigmoid(x))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x = ctx.saved_tensors[0]
+        x_sigmoid = torch.sigmoid(x)
+        return grad_output.mul(x_sigmoid * (1 + x * (1 - x_sigmoid)))
+
+
+class HardSigmoidAutoFn(torch.autograd.Function):
+    """timm's memory-efficient hard sigmoid: the gradient passes at exactly -3 and 3."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x + 3).clamp(min=0, max=6).div(6.0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x = ctx.saved_tensors[0]
+        return grad_output * ((x >= -3.0) & (x <= 3.0)) / 6.0
+
+
+class SwishImplementation(torch.autograd.Function):
+    """EfficientNet-PyTorch's memory-efficient Swish (utils.py)."""
+
+    @staticmethod
+    def forward(ctx, i):
+        result = i * torch.sigmoid(i)
+        ctx.save_for_backward(i)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        i = ctx.saved_tensors[0]
+        sigmoid_i = torch.sigmoid(i)
+        return grad_output * (sigmoid_i * (1 + i * (1 - sigmoid_i)))
+
+
+class GELUTanh(torch.autograd.Function):
+    """GELU's tanh approximation, with its own exact derivative, against the built-in's tanh
+    approximation (params: approximate="tanh" to both)."""
+
+    @staticmethod
+    def forward(ctx, x, approximate="tanh"):
+        ctx.save_for_backward(x)
+        return 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        inner = 0.7978845608028654 * (x + 0.044715 * x**3)
+        t = torch.tanh(inner)
+        d_inner = 0.7978845608028654 * (1 + 3 * 0.044715 * x**2)
+        return grad_output * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner), None
+
+
+# New activations with no built-in: checked without a reference.
+
+
+class Squareplus(torch.autograd.Function):
+    """Squareplus (Barron 2021): (x + sqrt(x^2 + b)) / 2, b = 4."""
+
+    @staticmethod
+    def forward(ctx, x, b=4.0):
+        root = torch.sqrt(x * x + b)
+        ctx.save_for_backward(x, root)
+        return (x + root) / 2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, root = ctx.saved_tensors
+        return grad_output * (1 + x / root) / 2, None
+
+
+class QuickGELU(torch.autograd.Function):
+    """CLIP's QuickGELU, x * sigmoid(1.702 x), as a new user writes it: the sigmoid saved from
+    the forward, so its first derivative is right but its backward is not differentiable in x
+    through the saved value (double backward differs)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s = torch.sigmoid(1.702 * x)
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, s = ctx.saved_tensors
+        return grad_output * (s + 1.702 * x * s * (1 - s))
+
+
+class SmeLU(torch.autograd.Function):
+    """Smooth ReLU (Shamir et al. 2020): 0 below -beta, (x + beta)^2 / (4 beta) between, x above:
+    its derivative is continuous, so it has no kink."""
+
+    @staticmethod
+    def forward(ctx, x, beta=1.0):
+        ctx.save_for_backward(x)
+        ctx.beta = beta
+        quadratic = (x + beta) ** 2 / (4 * beta)
+        return torch.where(x <= -beta, torch.zeros_like(x), torch.where(x >= beta, x, quadratic))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        beta = ctx.beta
+        slope = torch.where(x >= beta, torch.ones_like(x), (x + beta) / (2 * beta))
+        return grad_output * torch.where(x <= -beta, torch.zeros_like(x), slope), None
+
+
+class SnakeFunction(torch.autograd.Function):
+    """Snake (Ziyin et al. 2020): x + sin^2(a x) / a, learnable frequency a."""
+
+    @staticmethod
+    def forward(ctx, x, a):
+        ctx.save_for_backward(x, a)
+        return x + torch.sin(a * x) ** 2 / a
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, a = ctx.saved_tensors
+        sin2 = torch.sin(2 * a * x)
+        grad_x = grad_output * (1 + sin2)
+        grad_a = grad_output * (x * sin2 / a - torch.sin(a * x) ** 2 / a**2)
+        return grad_x, grad_a.sum().reshape(a.shape)
+
+
+class Snake(nn.Module):
+    def __init__(self, a: float = 0.5):
+        super().__init__()
+        self.a = nn.Parameter(torch.full((1,), a))
+
+    def forward(self, x):
+        return SnakeFunction.apply(x, self.a)
+
+
+class PadeFunction(torch.autograd.Function):
+    """A safe Pade activation unit (Molina et al. 2020): P(x) / (1 + |Q(x)|), P of degree 3,
+    Q(x) = b1 x + b2 x^2; gradients for x and both coefficient vectors."""
+
+    @staticmethod
+    def forward(ctx, x, a, b):
+        powers = torch.stack([x**k for k in range(4)])
+        p = torch.tensordot(a, powers, dims=1)
+        q = b[0] * x + b[1] * x * x
+        y = p / (1 + q.abs())
+        ctx.save_for_backward(x, a, b)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, a, b = ctx.saved_tensors
+        powers = torch.stack([x**k for k in range(4)])
+        p = torch.tensordot(a, powers, dims=1)
+        q = b[0] * x + b[1] * x * x
+        d = 1 + q.abs()
+        sign = torch.sign(q)
+        dp = a[1] + 2 * a[2] * x + 3 * a[3] * x * x
+        dq = b[0] + 2 * b[1] * x
+        grad_x = grad_output * (dp / d - p * sign * dq / d**2)
+        grad_a = (grad_output / d * powers).flatten(1).sum(1)
+        common = -grad_output * p * sign / d**2
+        grad_b = torch.stack([(common * x).sum(), (common * x * x).sum()])
+        return grad_x, grad_a, grad_b
+
+
+class Pade(nn.Module):
+    """Learnable: numerator near a leaky ReLU's shape, denominator small."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor([0.02, 0.5, 0.3, 0.02]))
+        self.b = nn.Parameter(torch.tensor([0.2, 0.05]))
+
+    def forward(self, x):
+        return PadeFunction.apply(x, self.a, self.b)
+
+
+class NumpyCube(torch.autograd.Function):
+    """PyTorch's autograd_function_db style: the forward computes in numpy (autograd cannot
+    follow it), the backward in torch."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.from_numpy(x.detach().cpu().numpy() ** 3).to(x.device)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * 3 * x**2
+
+
+# Spiking neurons, as the spiking libraries write them, each with its declared surrogate.
+
+
+def heaviside(x):
+    """A plain step: a spike's reference without a surrogate."""
+    return (x > 0).to(x.dtype)
+
+
+class SnnTorchFastSigmoid(torch.autograd.Function):
+    """snntorch.surrogate.FastSigmoid as written: slope on ctx, a float32 mask whatever the
+    input's dtype, (grad, None) back."""
+
+    @staticmethod
+    def forward(ctx, input_, slope):
+        ctx.save_for_backward(input_)
+        ctx.slope = slope
+        out = (input_ > 0).float()
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (input_,) = ctx.saved_tensors
+        grad_input = grad_output.clone()
+        grad = grad_input / (ctx.slope * torch.abs(input_) + 1.0) ** 2
+        return grad, None
+
+
+class SnnTorchATan(torch.autograd.Function):
+    """snntorch.surrogate.ATan as written (an in-place pow_ in its backward)."""
+
+    @staticmethod
+    def forward(ctx, input_, alpha):
+        ctx.save_for_backward(input_)
+        ctx.alpha = alpha
+        out = (input_ > 0).float()
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (input_,) = ctx.saved_tensors
+        grad_input = grad_output.clone()
+        grad = ctx.alpha / 2 / (1 + (torch.pi / 2 * ctx.alpha * input_).pow_(2)) * grad_input
+        return grad, None
+
+
+def atan_derivative(x, alpha=2.0):
+    return alpha / 2 / (1 + (torch.pi / 2 * alpha * x) ** 2)
+
+
+def sj_heaviside(x):
+    return (x >= 0).to(x)
+
+
+def sj_sigmoid_backward(grad_output, x, alpha):
+    sgax = (x * alpha).sigmoid_()
+    return grad_output * (1.0 - sgax) * sgax * alpha, None
+
+
+class SJSigmoidFunction(torch.autograd.Function):
+    """spikingjelly.activation_based.surrogate.sigmoid as written: the constant a second apply
+    argument, setup_context, None for it from backward."""
+
+    @staticmethod
+    def forward(x, alpha):
+        return sj_heaviside(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, alpha = inputs
+        ctx.save_for_backward(x)
+        ctx.alpha = alpha
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return sj_sigmoid_backward(grad_output, ctx.saved_tensors[0], ctx.alpha)
+
+
+class SJSigmoid(nn.Module):
+    """spikingjelly's surrogate Module: a `spiking` switch between the Function and the
+    primitive (smooth) function whose derivative the surrogate is."""
+
+    def __init__(self, alpha=4.0, spiking=True):
+        super().__init__()
+        self.alpha, self.spiking = alpha, spiking
+
+    def forward(self, x):
+        if self.spiking:
+            return SJSigmoidFunction.apply(x, self.alpha)
+        return (x * self.alpha).sigmoid()
+
+
+def sigmoid_derivative(x, alpha=4.0):
+    s = torch.sigmoid(alpha * x)
+    return alpha * s * (1 - s)
+
+
+class NorseSuperSpike(torch.autograd.Function):
+    """norse.torch.functional.superspike.SuperSpike as written: setup_context, needs_input_grad,
+    a heaviside through torch.gt; its backward uses 1 / (|x| + 1)^2 whatever alpha is."""
+
+    @staticmethod
+    def forward(input_tensor, alpha):
+        return torch.gt(input_tensor, torch.as_tensor(0.0)).to(input_tensor.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        input_tensor, alpha = inputs
+        ctx.alpha = alpha
+        ctx.save_for_backward(input_tensor)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (inp,) = ctx.saved_tensors
+        grad = None
+        if ctx.needs_input_grad[0]:
+            grad = grad_output / (torch.abs(inp) + 1.0).pow(2)
+        return grad, None
+
+
+def superspike_derivative(x):
+    return 1 / (x.abs() + 1) ** 2
+
+
+class NorseHeaviTanhHalf(torch.autograd.Function):
+    """norse's HeaviTanh with the 1/2 of h(x) = 1/2 + 1/2 tanh(kx) kept: dy k (1 - tanh^2) / 2."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return torch.gt(x, torch.as_tensor(0.0)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return dy * ctx.k * (1 - (x * ctx.k).tanh().pow(2)) / 2, None
+
+
+def half_tanh_derivative(x, k=1.0):
+    """h(x) = 1/2 + 1/2 tanh(kx): h' = k (1 - tanh(kx)^2) / 2."""
+    return k * (1 - torch.tanh(k * x) ** 2) / 2
+
+
 # -- planted bugs -------------------------------------------------------------------------------
 
 
@@ -428,12 +801,95 @@ class PReLUWithWrongSlopeGradient(PReLU):
         return PReLUWrongSlopeGradient.apply(x, self.weight)
 
 
-def entry(target: str, reference: str, *overrides: str) -> list[str]:
+class GELUTanhAgainstExact(GELUTanh):
+    """Right for its own (tanh) forward; checked against the exact F.gelu, which it is not."""
+
+
+class SquareplusMissingHalf(Squareplus):
+    """A new activation with a wrong backward: the derivative's 1/2 left out."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, root = ctx.saved_tensors
+        return grad_output * (1 + x / root), None
+
+
+class NorseHeaviTanh(NorseHeaviTanhHalf):
+    """norse's HeaviTanh as written: 1 - tanh^2, twice the documented surrogate at k=1."""
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return dy * (1 - (x * ctx.k).tanh().pow(2)), None
+
+
+class HeaviTanhHalved(NorseHeaviTanhHalf):
+    """Half the documented surrogate."""
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return dy * ctx.k * (1 - (x * ctx.k).tanh().pow(2)) / 4, None
+
+
+class SnnTorchHeaviside(torch.autograd.Function):
+    """snntorch.surrogate.Heaviside as written: backward dy * out, 0 for x <= 0; declared with a
+    straight-through surrogate of 1 everywhere, it is zero on one side."""
+
+    @staticmethod
+    def forward(ctx, input_):
+        out = (input_ > 0).float()
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (out,) = ctx.saved_tensors
+        return grad_output * out
+
+
+def straight_through(x):
+    return torch.ones_like(x)
+
+
+class SwishBetaFunction(torch.autograd.Function):
+    """Swish with a learnable beta, its beta gradient through exp(-beta x) / (1 + exp(-beta x))^2:
+    inf / inf = NaN for large negative inputs."""
+
+    @staticmethod
+    def forward(ctx, x, beta):
+        ctx.save_for_backward(x, beta)
+        return x * torch.sigmoid(beta * x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, beta = ctx.saved_tensors
+        s = torch.sigmoid(beta * x)
+        e = torch.exp(-beta * x)
+        ds = e / (1 + e) ** 2
+        grad_x = grad_output * (s + beta * x * ds)
+        grad_beta = (grad_output * x * x * ds).sum().reshape(beta.shape)
+        return grad_x, grad_beta
+
+
+class SwishBeta(nn.Module):
+    def __init__(self, beta: float = 1.0):
+        super().__init__()
+        self.beta = nn.Parameter(torch.full((1,), beta))
+
+    def forward(self, x):
+        return SwishBetaFunction.apply(x, self.beta)
+
+
+def entry(target: str, reference: str | None, *overrides: str) -> list[str]:
+    named = [] if reference is None else [f"activation.reference={reference}"]
+    return ["activation=custom", f"activation.target={target}", *named, *overrides]
+
+
+def surrogate(path: str, **params: float) -> list[str]:
     return [
-        "activation=custom",
-        f"activation.target={target}",
-        f"activation.reference={reference}",
-        *overrides,
+        f"activation.surrogate={path}",
+        *(f"+activation.params.{k}={v}" for k, v in params.items()),
     ]
 
 
@@ -460,6 +916,50 @@ CORRECT = {
     "prelu": entry("tests.corpus.PReLU", "torch.nn.PReLU"),
     "clamp_at_2": entry("tests.corpus.ClampAt2", "tests.corpus.clamp_at_2"),
     "spike": entry("tests.corpus.FastSigmoidSpike", "reluexp.functions.spike_reference", *SPIKE),
+    "hardsigmoid_clamp": entry("tests.corpus.HardSigmoidClamp", "torch.nn.functional.hardsigmoid"),
+    "softplus_log1p_exp": entry("tests.corpus.SoftplusLog1pExp", "torch.nn.functional.softplus"),
+    "timm_swish": entry("tests.corpus.SwishAutoFn", "torch.nn.functional.silu"),
+    "timm_hard_sigmoid": entry("tests.corpus.HardSigmoidAutoFn", "torch.nn.functional.hardsigmoid"),
+    "efficientnet_swish": entry("tests.corpus.SwishImplementation", "torch.nn.functional.silu"),
+    "gelu_tanh": entry(
+        "tests.corpus.GELUTanh", "torch.nn.functional.gelu", "+activation.params.approximate=tanh"
+    ),
+    "squareplus": entry("tests.corpus.Squareplus", None),
+    "quick_gelu": entry("tests.corpus.QuickGELU", None),
+    "smelu": entry("tests.corpus.SmeLU", None),
+    "snake": entry("tests.corpus.Snake", None),
+    "pade": entry("tests.corpus.Pade", None),
+    "numpy_cube": entry("tests.corpus.NumpyCube", None),
+    "snntorch_fast_sigmoid": entry(
+        "tests.corpus.SnnTorchFastSigmoid",
+        "tests.corpus.heaviside",
+        *surrogate("reluexp.functions.fast_sigmoid_derivative", slope=25.0),
+    ),
+    "snntorch_atan": entry(
+        "tests.corpus.SnnTorchATan",
+        "tests.corpus.heaviside",
+        *surrogate("tests.corpus.atan_derivative", alpha=2.0),
+    ),
+    "spikingjelly_sigmoid": entry(
+        "tests.corpus.SJSigmoidFunction",
+        None,
+        *surrogate("tests.corpus.sigmoid_derivative", alpha=4.0),
+    ),
+    "spikingjelly_module": entry(
+        "tests.corpus.SJSigmoid",
+        "tests.corpus.sj_heaviside",
+        *surrogate("tests.corpus.sigmoid_derivative", alpha=4.0),
+    ),
+    "norse_superspike": entry(
+        "tests.corpus.NorseSuperSpike",
+        "tests.corpus.heaviside",
+        *surrogate("tests.corpus.superspike_derivative", alpha=100.0),
+    ),
+    "norse_heavi_tanh": entry(
+        "tests.corpus.NorseHeaviTanhHalf",
+        None,
+        *surrogate("tests.corpus.half_tanh_derivative", k=1.0),
+    ),
 }
 PLANTED = {
     "doubled": entry("tests.corpus.DoubledSwish", "torch.nn.functional.silu"),
@@ -477,4 +977,24 @@ PLANTED = {
         "tests.corpus.SpikeWrongSlope", "reluexp.functions.spike_reference", *SPIKE
     ),
     "wrong_slope_gradient": entry("tests.corpus.PReLUWithWrongSlopeGradient", "torch.nn.PReLU"),
+    "differs_from_reference": entry(
+        "tests.corpus.GELUTanhAgainstExact", "torch.nn.functional.gelu"
+    ),
+    "new_activation_wrong": entry("tests.corpus.SquareplusMissingHalf", None),
+    "surrogate_doubled": entry(
+        "tests.corpus.NorseHeaviTanh",
+        None,
+        *surrogate("tests.corpus.half_tanh_derivative", k=1.0),
+    ),
+    "surrogate_halved": entry(
+        "tests.corpus.HeaviTanhHalved",
+        "tests.corpus.heaviside",
+        *surrogate("tests.corpus.half_tanh_derivative", k=1.0),
+    ),
+    "surrogate_zero_on_one_side": entry(
+        "tests.corpus.SnnTorchHeaviside",
+        "tests.corpus.heaviside",
+        "activation.surrogate=tests.corpus.straight_through",
+    ),
+    "swish_beta_nan_at_large_inputs": entry("tests.corpus.SwishBeta", None),
 }

@@ -50,7 +50,7 @@ def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
         activation
     ]
     try:
-        final_loss = train.run(config, tmp_path)
+        final_loss = train.run(config, tmp_path).final_loss
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert final_loss < 1e3

@@ -8,13 +8,13 @@ import sys
 import pytest
 import torch
 
-from reluexp.process import job_environment
+from reluexp.process import StopSignals, job_environment
 
 
 def test_job_environment_puts_back_threads_rng_and_signal_handlers():
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
     handler = signal.getsignal(signal.SIGTERM)
-    with job_environment(torch.device("cpu"), threads=1) as stop:
+    with job_environment(torch.device("cpu"), threads=1), StopSignals() as stop:
         assert torch.get_num_threads() == 1
         torch.manual_seed(123)  # a checkpoint's RNG state, restored on resume
         torch.rand(3)
@@ -39,7 +39,7 @@ def test_a_stopped_worker_ignores_the_stops_second_copy_until_it_exits():
     that arrives after its job has stopped must not end it before its closing line."""
     handler = signal.getsignal(signal.SIGINT)
     try:
-        with job_environment(torch.device("cpu"), threads=None, second_signal_exits=False) as stop:
+        with StopSignals(second_exits=False) as stop:
             os.kill(os.getpid(), signal.SIGINT)
             assert stop.signum == signal.SIGINT
         os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt with the handler put back
@@ -47,7 +47,7 @@ def test_a_stopped_worker_ignores_the_stops_second_copy_until_it_exits():
     finally:
         signal.signal(signal.SIGINT, handler)
     # Not stopped: the handlers are put back as for any job.
-    with job_environment(torch.device("cpu"), threads=None, second_signal_exits=False):
+    with StopSignals(second_exits=False):
         pass
     assert signal.getsignal(signal.SIGINT) == handler
 

@@ -184,7 +184,7 @@ def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
 
     reference_dir = tmp_path / "uninterrupted"
     config = config_from_dict(stopped["config"])
-    final_loss = train.run(config, reference_dir)
+    final_loss = train.run(config, reference_dir).final_loss
     assert losses(run_dir) == losses(reference_dir)
     assert resumed["final_loss"] == final_loss
     weights = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["weights"]
@@ -228,7 +228,7 @@ def small_config(**fields):
 
 
 def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
-    final_loss = train.run(small_config(steps=500, lr=10.0), tmp_path)
+    final_loss = train.run(small_config(steps=500, lr=10.0), tmp_path).final_loss
     result = summary(tmp_path)
     assert result["status"] == "diverged"
     step = result["diverged_at_step"]
@@ -338,9 +338,9 @@ def test_checkpoint_of_another_config_is_refused(tmp_path):
 
 
 def test_resuming_a_completed_run_does_nothing(tmp_path):
-    final_loss = train.run(small_config(steps=5), tmp_path)
+    final_loss = train.run(small_config(steps=5), tmp_path).final_loss
     before = (tmp_path / "summary.json").read_text()
-    assert train.resume(tmp_path) == final_loss
+    assert train.resume(tmp_path).final_loss == final_loss
     assert (tmp_path / "summary.json").read_text() == before
 
 

@@ -50,7 +50,7 @@ def test_default_command_prints_the_seed_losses_bit_for_bit(tmp_path, reference)
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
-    final_loss = train.run(Config(device="cpu"), run_dir, overrides=["device=cpu"])
+    final_loss = train.run(Config(device="cpu"), run_dir, overrides=["device=cpu"]).final_loss
     return run_dir, final_loss
 
 
@@ -144,7 +144,7 @@ def test_deeper_mlp_logs_a_norm_per_weight(tmp_path):
 def test_float64_starts_from_the_same_draw(tmp_path):
     steps = 3
     config = Config(device="cpu", steps=steps, dtype="float64")
-    final64 = train.run(config, tmp_path / "f64")
+    final64 = train.run(config, tmp_path / "f64").final_loss
     reference = seed_loop(steps=steps)
     assert final64 == pytest.approx(reference[-1]["loss"], rel=1e-4)
     assert final64 != reference[-1]["loss"]

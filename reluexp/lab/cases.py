@@ -1,0 +1,166 @@
+"""The inputs the checks use, as data: random samples kept off the kinks, upstream gradients,
+the edge cases and the large values; and the kinks themselves, found on the forward."""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from reluexp.lab.subject import Subject
+
+# Where kinks are looked for, and how far random inputs keep from them.
+KINK_RANGE = 10.0
+KINK_MARGIN = 0.05
+GRID_POINTS = 20001
+# A slope change this many times the neighbouring ones is a kink (a smooth curve's changes
+# by about as much from one place to the next): small kinks, as a Pade unit's |Q(x)| at 0 makes.
+BEND_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Kink:
+    """A point where the forward's derivative jumps (or the forward itself: a step)."""
+
+    x: float
+    left: float  # the forward's derivative just left of it (its value, for a step)
+    right: float  # and just right of it
+    step: bool = False
+
+
+def spikes(series: torch.Tensor, apart: int = 1, factor: float = 10.0) -> list[int]:
+    """Positions where the series is `factor` times larger than `apart` places on either side:
+    a smooth series changes little from one grid step to the next."""
+    size = series.abs().nan_to_num(nan=0.0)
+    pad = torch.nn.functional.pad
+    around = torch.maximum(pad(size[:-apart], (apart, 0)), pad(size[apart:], (0, apart)))
+    floor = torch.full_like(size, 1e-9)
+    return (size > torch.maximum(factor * around, floor)).nonzero().flatten().tolist()
+
+
+def refine(value: Callable[[float], float], a: float, b: float) -> float:
+    """The point in [a, b] where value() goes from value(a) to value(b), by bisection; snapped to
+    a round number within 1e-6 (the kinks of activations sit at 0, ±1, ±3, 6, ...; a float64
+    built-in may place one a float32 rounding off: hardswish's at -3 + 1.2e-7)."""
+    left, right = value(a), value(b)
+    for _ in range(60):
+        middle = (a + b) / 2
+        if middle in (a, b):
+            break
+        v = value(middle)
+        if abs(v - left) <= abs(v - right):
+            a = middle
+        else:
+            b = middle
+    rounded = round(b, 6)
+    return rounded if abs(rounded - b) < 1e-6 * max(1.0, abs(b)) else b
+
+
+def find_kinks(subject: Subject) -> list[Kink]:
+    """The forward's kinks in [-KINK_RANGE, KINK_RANGE], from its float64 values on a fine
+    grid: a step where its value jumps between neighbouring points, a kink where its slope does
+    (over one or two intervals), each refined by bisection."""
+    grid = torch.linspace(-KINK_RANGE, KINK_RANGE, GRID_POINTS, dtype=torch.float64)
+    spacing = (grid[1] - grid[0]).item()
+    y = subject.forward(grid).double()
+
+    def at(v: float) -> float:
+        return subject.forward(torch.tensor([v], dtype=torch.float64)).double().item()
+
+    def slope(v: float, delta: float = 1e-7) -> float:
+        return (at(v + delta) - at(v - delta)) / (2 * delta)
+
+    def limit(x: float, side: float) -> float:
+        """The one-sided derivative at x (side < 0: from the left), extrapolated to x from two
+        points beside it."""
+        near, far = (slope(x + k * side, abs(side) / 10) for k in (1, 2))
+        return 2 * near - far
+
+    # A step inside interval i: y jumps there. A kink inside interval i: the slope changes
+    # between intervals i - 1 and i + 1, which their difference two apart shows (one place, or
+    # two beside each other).
+    steps = spikes(y[1:] - y[:-1])
+    slopes = (y[1:] - y[:-1]) / spacing
+    bends = [
+        i
+        for i in spikes(slopes[2:] - slopes[:-2], apart=2, factor=BEND_FACTOR)
+        if all(abs(i - s) > 4 for s in steps)
+    ]
+    kinks: list[Kink] = []
+    for i, step in [(i, True) for i in steps] + [(i, False) for i in bends]:
+        low, high = grid[max(i - 1, 0)].item(), grid[min(i + 3, len(grid) - 1)].item()
+        x = refine(at if step else slope, low, high)
+        if any(abs(x - k.x) <= 2e-3 for k in kinks):
+            continue
+        side = 1e-6 * max(1.0, abs(x))
+        if step:
+            kinks.append(Kink(x, at(x - side), at(x + side), step=True))
+        else:
+            kinks.append(Kink(x, limit(x, -side), limit(x, side)))
+    return sorted(kinks, key=lambda k: k.x)
+
+
+def sample(
+    shape: tuple[int, ...], generator: torch.Generator, kinks: list[Kink], spread: float = 3.0
+) -> torch.Tensor:
+    """float64 normal samples times `spread`, pushed at least KINK_MARGIN away from every kink
+    (finite differences and dtype rounding never straddle one)."""
+    x = torch.randn(shape, generator=generator, dtype=torch.float64) * spread
+    for kink in kinks:
+        offset = x - kink.x
+        near = offset.abs() < KINK_MARGIN
+        x = torch.where(near, x + KINK_MARGIN * torch.where(offset >= 0, 1.0, -1.0), x)
+    return x
+
+
+def at_kinks(x: torch.Tensor, kinks: list[Kink]) -> torch.Tensor:
+    """Where x sits exactly on a kink (after rounding to its dtype)."""
+    mask = torch.zeros_like(x, dtype=torch.bool)
+    for kink in kinks:
+        mask |= x.detach().double() == torch.tensor(kink.x, dtype=x.dtype).double()
+    return mask
+
+
+def upstream(x: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """A random upstream gradient: a backward that ignores it is caught."""
+    return torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x)
+
+
+def large_values(dtype: torch.dtype) -> torch.Tensor:
+    """±10, ±100, ±1e4 and a quarter of the dtype's largest value, as far as it holds them."""
+    info = torch.finfo(dtype)
+    magnitudes = [m for m in (10.0, 100.0, 1e4) if m < info.max / 4] + [info.max / 4]
+    return torch.tensor([s * m for m in magnitudes for s in (1, -1)], dtype=torch.float64).to(dtype)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """An edge case: its name, its input, where a difference is only a convention, and whether
+    its upstream gradient is ones (so the gradients read as derivatives)."""
+
+    name: str
+    x: torch.Tensor
+    convention: torch.Tensor | None = None
+    ones: bool = False
+
+
+def edge_cases(kinks: list[Kink]) -> list[Edge]:
+    """Exact zeros, non-finite values, empty and 0-dim tensors, strides, no grad, devices."""
+    generator = torch.Generator().manual_seed(2)
+
+    def randn(*shape: int, **kwargs: object) -> torch.Tensor:
+        return sample(shape, generator, kinks).float().to(**kwargs)
+
+    non_finite = torch.tensor([math.inf, -math.inf, math.nan, 2.0])
+    cases = [
+        Edge("edge 0 and -0.0", torch.tensor([0.0, -0.0, 1.5, -1.5]).requires_grad_(), ones=True),
+        # The derivative at ±inf or NaN is a limit or undefined: differences are conventions.
+        Edge("edge ±inf and NaN", non_finite.requires_grad_(), ~non_finite.isfinite(), ones=True),
+        Edge("edge empty (0, 5)", torch.empty(0, 5).requires_grad_()),
+        Edge("edge 0-dim", torch.tensor(-0.7).requires_grad_()),
+        Edge("edge non-contiguous", randn(20, 30).t().requires_grad_()),
+        Edge("edge input without grad", randn(8)),
+    ]
+    if torch.cuda.is_available():
+        cases.append(Edge("edge device cuda", randn(64, 100, device="cuda").requires_grad_()))
+    return cases

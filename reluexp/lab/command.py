@@ -1,0 +1,70 @@
+"""`python -m reluexp.check`: the lab on a configured activation, with the training config's
+groups and overrides; the report files in hydra.run.dir.
+
+Exit codes: 0 the gradients are correct (with precision, convention or info findings), 1 a
+finding that fails (wrong, fails at large inputs, differs from its reference, an error of the
+lab; a double backward that differs with --double-backward), 2 a usage error."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from reluexp.config import ConfigError, validate
+from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line, task_config
+from reluexp.lab.pipeline import Options, run_checks
+from reluexp.lab.subject import build_subject
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m reluexp.check",
+        description="Is an activation's backward the derivative of its forward (or of its "
+        "declared surrogate)? And, given a reference, is it the built-in's function?",
+    )
+    parser.add_argument("--compile", action="store_true", help="also try torch.compile (slow)")
+    parser.add_argument("--large", action="store_true", help="also time a (2048, 2048) input")
+    parser.add_argument(
+        "--thorough", action="store_true", help="train 500 steps per run instead of 50 and 200"
+    )
+    parser.add_argument(
+        "--double-backward",
+        action="store_true",
+        help="a double backward that differs fails the check",
+    )
+    parser.add_argument("overrides", nargs="*", help="config overrides, as for python -m reluexp")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        # The same config tree and overrides as `python -m reluexp`; the dir from hydra.run.dir.
+        cfg = compose_config(args.overrides)
+        config, check_dir = task_config(cfg), Path(cfg.hydra.run.dir)
+        validate(config)
+        activation = config.activation
+        subject = build_subject(
+            activation.target, activation.reference, activation.surrogate, activation.params
+        )
+        options = Options(
+            thorough=args.thorough,
+            compile=args.compile,
+            large=args.large,
+            double_backward=args.double_backward,
+        )
+        checked = run_checks(subject, config, options)
+    except (ConfigError, *COMPOSITION_ERRORS) as error:
+        print(f"reluexp.check: error: {one_line(error)}", file=sys.stderr)
+        return 2
+    try:
+        problems = checked.write(check_dir)
+    except OSError as error:
+        print(
+            f"reluexp.check: error: cannot write the report into {check_dir}: {error.strerror}",
+            file=sys.stderr,
+        )
+        print(checked.report)
+        return 2
+    report = checked.report
+    if config.verbose:
+        print("\n".join(report.table()))
+    for line in [*report.summary_lines(), *report.notes, *problems]:
+        print(line)
+    print(f"{report.verdict()}. Report: {check_dir / 'check.md'}")
+    return 0 if report.ok else 1

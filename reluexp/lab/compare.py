@@ -1,0 +1,273 @@
+"""One input through the Function, judged: (a) its backward against the oracle, its forward
+against its own float64 self; (b) with a reference, its precision against the built-in's own
+rounding, and what differs from the built-in at a kink. The checks are made of these."""
+
+import torch
+
+from reluexp.lab.calls import UserError, computed_in, forward_backward, guarded, users_code
+from reluexp.lab.cases import Kink, at_kinks, upstream
+from reluexp.lab.findings import Finding, Status
+from reluexp.lab.judge import Truth, Verdict, judge, worst
+from reluexp.lab.oracle import Oracle
+from reluexp.lab.subject import Subject
+
+PRECISION_ONLY = frozenset({Status.PRECISION})
+CONVENTION_ONLY = frozenset({Status.CONVENTION})
+
+
+def compare(
+    subject: Subject,
+    oracle: Oracle,
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    kinks: list[Kink],
+    convention: torch.Tensor | None = None,
+) -> Verdict:
+    """The Function's forward and backward on x: (a) the backward against the oracle (the
+    float64 truth at the rounded x, and the same formula in x's dtype for its rounding), the
+    forward against its own float64 self for turning non-finite; (b) with a reference, the
+    precision of both against the built-in's own rounding, and conventions at kinks."""
+    given = torch.zeros_like(x, dtype=torch.bool) if convention is None else convention
+    forward_convention = given | at_kinks(x, kinks)
+    # A surrogate is defined at the step: there the backward is judged as anywhere else.
+    backward_convention = given if subject.surrogate is not None else forward_convention
+    y, grads, raw = forward_backward(subject, subject.call, x, grad_output)
+    dtypes = [x.dtype, y.dtype] + ([raw.dtype] if isinstance(raw, torch.Tensor) else [])
+    dtype = computed_in(*dtypes)
+    x64, g64 = x.detach().double(), grad_output.double()
+    params64 = [p.double() for p in subject.inputs(x64)]
+    with users_code(subject):
+        y64 = subject.forward(x64).double()
+        truth, replaced, uncertainty = oracle.truth(x64, g64, params64)
+    own = own_grads(subject, oracle, x, grad_output, truth)
+    if grads[0] is not None and truth[0] is not None and subject.surrogate is None:
+        truth[0], at_kink = nearest_subgradient(grads[0], truth[0], x, g64, kinks)
+        replaced |= at_kink
+    if own[0] is not None and truth[0] is not None:
+        # Where the truth is not the oracle's own formula, that formula's rounding is no guide.
+        own[0] = torch.where(replaced, truth[0].to(own[0].dtype), own[0])
+    scale = x64.abs().clamp(min=1.0)
+    grad_scale = g64.abs() * scale
+    size = x64.abs()
+    where = ("x", x)
+    forward_truth = Truth(y64, "float64 forward", [])
+    verdicts = [
+        judge(
+            "forward",
+            where,
+            y,
+            forward_truth,
+            scale,
+            forward_convention,
+            size,
+            dtype,
+            finite_deviations=False,
+        )
+    ]
+    if grads[0] is not None and truth[0] is not None:
+        exact = [own[0]] if own[0] is not None else []
+        allowance = uncertainty
+        if own[0] is not None:
+            allowance = torch.maximum(allowance, (own[0].double() - truth[0]).abs())
+        backward_truth = Truth(
+            truth[0], oracle.expected_as, exact, allowance, oracle.error, oracle.formula
+        )
+        verdicts.append(
+            judge(
+                "backward",
+                where,
+                grads[0],
+                backward_truth,
+                grad_scale,
+                backward_convention,
+                size,
+                dtype,
+            )
+        )
+    # A parameter's gradient sums over every element: its rounding scales with the terms' sum,
+    # its input is as large as the largest, and an input on a kink makes it a convention.
+    terms = (grad_scale * x64.abs()).sum()
+    on_kink = bool(forward_convention.any())
+    for (name, param), grad, true in zip(subject.params.items(), grads[1:], truth[1:]):
+        if grad is None:
+            raise UserError(f"backward returned None for the parameter {name}")
+        if true is None:
+            continue
+        peak = size.nan_to_num(nan=0.0).max().item() if size.numel() else 0.0
+        largest = torch.full_like(grad, peak, dtype=torch.float64)
+        kinked = torch.full_like(grad, on_kink, dtype=torch.bool)
+        verdicts.append(
+            judge(
+                f"gradient of {name}",
+                (name, param.detach().to(x.dtype)),
+                grad,
+                Truth(true, oracle.expected_as, [], error=oracle.error),
+                terms,
+                kinked,
+                largest,
+                dtype,
+            )
+        )
+    if subject.reference is not None:
+        verdicts += against_reference(
+            subject,
+            oracle,
+            x,
+            grad_output,
+            y,
+            grads,
+            y64,
+            truth,
+            (scale, grad_scale, size, dtype),
+            forward_convention,
+            backward_convention,
+        )
+    return worst(verdicts)
+
+
+def nearest_subgradient(
+    grad: torch.Tensor,
+    truth: torch.Tensor,
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    kinks: list[Kink],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """At a kink any subgradient is right (between the forward's one-sided derivatives, times
+    the upstream gradient): the truth there is the one nearest the result. And where x sits
+    on a kink."""
+    x64, got = x.detach().double(), grad.detach().double()
+    on_any = torch.zeros_like(x64, dtype=torch.bool)
+    for kink in kinks:
+        if kink.step:
+            continue
+        on = x64 == torch.tensor(kink.x, dtype=x.dtype).double()
+        ends = grad_output * kink.left, grad_output * kink.right
+        # The one-sided derivatives are estimates, to about 1e-7.
+        slack = 1e-6 * grad_output.abs() * max(1.0, abs(kink.left), abs(kink.right))
+        low, high = torch.minimum(*ends) - slack, torch.maximum(*ends) + slack
+        truth = torch.where(on, torch.minimum(torch.maximum(got, low), high), truth)
+        on_any |= on
+    return truth, on_any
+
+
+def own_grads(
+    subject: Subject,
+    oracle: Oracle,
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    truth: list[torch.Tensor | None],
+) -> list[torch.Tensor | None]:
+    """The oracle's formula in x's own dtype: the rounding a result there may carry. None
+    where it has none, or raises in that dtype."""
+    if x.dtype == torch.float64:
+        return list(truth)
+    try:
+        return oracle.grads(x, grad_output, subject.inputs(x))
+    except Exception:
+        return [None] * len(truth)
+
+
+def against_reference(
+    subject: Subject,
+    oracle: Oracle,
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    y: torch.Tensor,
+    grads: list[torch.Tensor | None],
+    y64: torch.Tensor,
+    truth: list[torch.Tensor | None],
+    scales: tuple,
+    forward_convention: torch.Tensor,
+    backward_convention: torch.Tensor,
+) -> list[Verdict]:
+    """(b): precision against the built-in's own rounding in x's dtype, and what differs from
+    it at a kink or a non-finite input (a convention). A declared surrogate's backward is not
+    the reference's business."""
+    scale, grad_scale, size, dtype = scales
+    ref_y, ref_grads, _ = forward_backward(subject, subject.reference, x, grad_output)
+    ref64_y, ref64_grads, _ = forward_backward(
+        subject,
+        subject.reference,
+        x.detach().double().requires_grad_(x.requires_grad),
+        grad_output.double(),
+    )
+    where = ("x", x)
+    rounding = (ref_y.double() - ref64_y.double()).abs()
+    verdicts = [
+        judge(
+            "forward",
+            where,
+            y,
+            Truth(y64, "float64 forward", [ref_y], rounding, rounding_of="the reference"),
+            scale,
+            forward_convention,
+            size,
+            dtype,
+            PRECISION_ONLY,
+        ),
+        judge(
+            "forward",
+            where,
+            y,
+            Truth(ref_y, "reference", []),
+            scale,
+            forward_convention,
+            size,
+            dtype,
+            CONVENTION_ONLY,
+        ),
+    ]
+    if subject.surrogate is not None or grads[0] is None or truth[0] is None:
+        return verdicts
+    rounding = (ref_grads[0].double() - ref64_grads[0].double()).abs()
+    return verdicts + [
+        judge(
+            "backward",
+            where,
+            grads[0],
+            Truth(
+                truth[0], oracle.expected_as, [ref_grads[0]], rounding, rounding_of="the reference"
+            ),
+            grad_scale,
+            backward_convention,
+            size,
+            dtype,
+            PRECISION_ONLY,
+        ),
+        judge(
+            "backward",
+            where,
+            grads[0],
+            Truth(ref_grads[0], "reference", []),
+            grad_scale,
+            backward_convention,
+            size,
+            dtype,
+            CONVENTION_ONLY,
+        ),
+    ]
+
+
+def compared(
+    group: str,
+    name: str,
+    subject: Subject,
+    oracle: Oracle,
+    x: torch.Tensor,
+    kinks: list[Kink],
+    convention: torch.Tensor | None = None,
+    grad_output: torch.Tensor | None = None,
+    limit: bool = False,
+) -> Finding:
+    """compare() as a finding. With `limit`, a Function that raises there has a limit (an edge
+    case, half precision), reported, not a wrong gradient."""
+
+    def check() -> Finding:
+        g = upstream(x) if grad_output is None else grad_output
+        verdict = compare(subject, oracle, x, g, kinks, convention)
+        return Finding(group, name, verdict.status, verdict.detail, verdict.at)
+
+    finding = guarded(group, name, subject, check)
+    if limit and finding.status == Status.WRONG and finding.detail.startswith("raised"):
+        finding.status = Status.UNSUPPORTED
+    return finding

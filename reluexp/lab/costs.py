@@ -1,0 +1,169 @@
+"""What the Function supports and costs, never fatal: torch.func.vmap (and torch.compile with
+--compile), the bytes it saves for backward, and its forward + backward time against the
+reference's (or alone)."""
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from reluexp._compat import import_dynamo_outside_vmap
+from reluexp.lab.calls import UserError, forward_backward, guarded, raised
+from reluexp.lab.findings import Finding, Status
+from reluexp.lab.subject import Subject, Tensors
+
+
+def transform_checks(subject: Subject, compile_too: bool) -> list[Finding]:
+    """vmap (compile too with --compile) against eager: a transform the Function does not
+    support is reported, not failed."""
+    x = torch.randn(64, 100, generator=torch.Generator().manual_seed(5))
+    plain = subject.plain
+
+    def agreement(name: str, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Finding:
+        for actual, expected in pairs:
+            if not torch.allclose(actual, expected, rtol=1.3e-6, atol=1e-5, equal_nan=True):
+                difference = (actual - expected).abs().max().item()
+                detail = f"runs, but differs from eager by up to {difference:.3g}"
+                return Finding("transforms", name, Status.INFO, detail)
+        return Finding("transforms", name, Status.PASS)
+
+    def vmapped() -> Finding:
+        import_dynamo_outside_vmap()
+        params = subject.inputs(x)
+        try:
+            batched = torch.func.vmap(lambda row: plain(row, *params))(x)
+            grads = torch.func.vmap(torch.func.grad(lambda row: plain(row, *params).sum()))(x)
+        except Exception as error:
+            raise UserError(raised(error)) from error
+        y, (grad, *_), _ = forward_backward(subject, plain, x.requires_grad_(), torch.ones_like(x))
+        return agreement("torch.func.vmap", [(batched, y), (grads, grad)])
+
+    def compiled() -> Finding:
+        torch.compiler.reset()
+        # aot_eager traces forward and backward as inductor would, without compiling kernels.
+        fn = torch.compile(plain, fullgraph=True, backend="aot_eager")
+        y, (grad, *_), _ = forward_backward(subject, fn, x.requires_grad_(), torch.ones_like(x))
+        y_eager, (grad_eager, *_), _ = forward_backward(subject, plain, x, torch.ones_like(x))
+        return agreement("torch.compile fullgraph", [(y, y_eager), (grad, grad_eager)])
+
+    checks = [("torch.func.vmap", vmapped)]
+    if compile_too:
+        checks.append(("torch.compile fullgraph", compiled))
+    findings = []
+    for name, check in checks:
+        finding = guarded("transforms", name, subject, check)
+        if finding.status == Status.WRONG:  # raised: the transform does not support it
+            finding.status = Status.UNSUPPORTED
+        findings.append(finding)
+    return findings
+
+
+def saved_bytes(fn: Tensors, subject: Subject, x: torch.Tensor) -> tuple[float, float]:
+    """Bytes per input element that fn saves for backward: all, and beyond its own output.
+
+    The output is kept alive by the next layer's matmul anyway, so only the rest costs memory.
+    """
+    packed: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        y = fn(x.detach().requires_grad_(), *subject.inputs(x))
+    output_storage = y.untyped_storage().data_ptr()
+    total = sum(t.nbytes for t in packed)
+    extra = sum(t.nbytes for t in packed if t.untyped_storage().data_ptr() != output_storage)
+    return total / x.numel(), extra / x.numel()
+
+
+def memory_check(subject: Subject) -> Finding:
+    group = name = "saved bytes per element"
+
+    def check() -> Finding:
+        x = torch.randn(64, 100, generator=torch.Generator().manual_seed(5))
+        total, extra = saved_bytes(subject.call, subject, x)
+        detail = f"{total:g} saved, {extra:g} beyond the output"
+        if subject.reference is not None:
+            total_ref, extra_ref = saved_bytes(subject.reference, subject, x)
+            verdict = "no more than" if extra <= extra_ref else "more than"
+            detail += (
+                f"; reference {total_ref:g}, {extra_ref:g} beyond the output ({verdict} the "
+                "reference)"
+            )
+        return Finding("memory", name, Status.INFO, detail)
+
+    return guarded("memory", group, subject, check)
+
+
+def step_time(fn: Tensors, subject: Subject, x: torch.Tensor, calls: int) -> float:
+    """Seconds per forward + backward of fn on x."""
+    leaf = x.detach().requires_grad_()
+    params = subject.inputs(x)
+    grad_output = torch.ones_like(x)
+    start = time.perf_counter()
+    for _ in range(calls):
+        y = fn(leaf, *params)
+        if y.requires_grad:  # a plain step has no backward to time
+            y.backward(grad_output)
+    return (time.perf_counter() - start) / calls
+
+
+def cost_check(
+    subject: Subject, large: bool, repetitions: int = 5
+) -> tuple[Finding, dict[str, Any]]:
+    """Forward + backward time, alternating repetitions, medians: at one element (what a call
+    costs beyond its kernels) and at the experiment's hidden layer, with --large at (2048,
+    2048); against the reference where there is one. A spread over half the median is
+    flagged as noise."""
+    name = "cost: forward+backward time"
+    sizes = {"(1,)": (1,), "(64, 100)": (64, 100)} | (
+        {"(2048, 2048)": (2048, 2048)} if large else {}
+    )
+    candidates: dict[str, Callable[..., torch.Tensor]] = {"function": subject.call}
+    if subject.reference is not None:
+        candidates["reference"] = subject.reference
+    report: dict[str, Any] = {}
+
+    def check() -> Finding:
+        generator = torch.Generator().manual_seed(4)
+        for label, shape in sizes.items():
+            x = torch.randn(shape, generator=generator)
+            # About 5 ms of calls per repetition, whatever the size.
+            once = max(step_time(subject.call, subject, x, 1), 1e-6)
+            calls = max(1, min(500, int(0.005 / once)))
+            times: dict[str, list[float]] = {side: [] for side in candidates}
+            for _ in range(repetitions):
+                for side, fn in candidates.items():
+                    times[side].append(step_time(fn, subject, x, calls))
+            report[label] = {f"{side}_us": statistics.median(t) * 1e6 for side, t in times.items()}
+            report[label]["spread"] = max(
+                (max(t) - min(t)) / statistics.median(t) for t in times.values()
+            )
+            if "reference" in candidates:
+                report[label]["ratio"] = (
+                    report[label]["function_us"] / report[label]["reference_us"]
+                )
+        return Finding("cost", name, Status.INFO, cost_text(report))
+
+    finding = guarded("cost", name, subject, check)
+    if finding.status == Status.WRONG:
+        finding.status = Status.UNSUPPORTED
+    return finding, report
+
+
+def cost_text(report: dict[str, Any]) -> str:
+    parts = []
+    for size, v in report.items():
+        if size == "(1,)":
+            continue
+        noisy = f", noisy: spread {v['spread']:.0%}" if v["spread"] > 0.5 else ""
+        if "ratio" in v:
+            times = f"{v['function_us']:.3g} vs {v['reference_us']:.3g} us{noisy}"
+            parts.append(f"{v['ratio']:.2f}x the reference's time at {size} ({times})")
+        else:
+            parts.append(f"{v['function_us']:.3g} us at {size}{noisy}")
+    text = "forward+backward: " + ", ".join(parts)
+    single = report.get("(1,)", {})
+    if "reference_us" in single and single["function_us"] > single["reference_us"]:
+        # At one element the kernels cost nothing: what is left is per-call overhead.
+        per_call = single["function_us"] - single["reference_us"]
+        text += f"; {per_call:.1f} us more per call (Python and autograd.Function overhead)"
+    return text

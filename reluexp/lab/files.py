@@ -1,0 +1,130 @@
+"""What a check writes into its directory, when asked: check.json (the findings and the facts),
+check.md (the table, and a lab error's traceback), check.png (the Function, its oracle and its
+reference over the tested range) and the same picture and table in TensorBoard."""
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reluexp import tags
+from reluexp.events import write_derived
+from reluexp.lab.calls import autograd_message, forward_backward, raised
+from reluexp.lab.cases import KINK_RANGE, Kink
+from reluexp.lab.findings import Report
+from reluexp.lab.oracle import Oracle
+from reluexp.lab.subject import Subject
+from reluexp.summary import write_json_atomic
+
+
+def curves(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> dict[str, torch.Tensor]:
+    """The curves of the picture, in float64 over the range the kinks call for."""
+    reach = min(max([6.0, *(1.5 * abs(k.x) for k in kinks)]), KINK_RANGE)
+    grid = torch.linspace(-reach, reach, 2001, dtype=torch.float64)
+    ones = torch.ones_like(grid)
+    found = {"x": grid}
+    found["forward"], (found["backward"], *_), _ = forward_backward(
+        subject, subject.call, grid.requires_grad_(), ones
+    )
+    oracle_grads = oracle.grads(grid.detach(), ones, [p.double() for p in subject.inputs(grid)])
+    if oracle_grads[0] is not None:
+        found["oracle"] = oracle_grads[0]
+    if subject.reference is not None:
+        found["reference"], (found["reference backward"], *_), _ = forward_backward(
+            subject, subject.reference, grid, ones
+        )
+    return found
+
+
+def plot(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str, path: Path) -> None:
+    """Forward above, backward below: the Function's, its oracle's (the derivative it is judged
+    against) and the reference's, kinks as dotted lines, the largest backward difference from
+    the oracle marked."""
+    from matplotlib.figure import Figure
+
+    c = curves(subject, oracle, kinks)
+    grid = c["x"].detach()
+    figure = Figure(figsize=(8, 6.5))
+    top, bottom = figure.subplots(2, 1, sharex=True)
+    if "reference" in c:
+        top.plot(grid, c["reference"], color="tab:gray", linewidth=3, alpha=0.5, label="reference")
+        bottom.plot(
+            grid,
+            c["reference backward"],
+            color="tab:gray",
+            linewidth=3,
+            alpha=0.5,
+            label="reference's derivative",
+        )
+    top.plot(grid, c["forward"], color="tab:blue", linewidth=1.2, label=subject.name)
+    if "oracle" in c:
+        bottom.plot(
+            grid, c["oracle"], color="tab:green", linewidth=3, alpha=0.4, label=oracle.expected_as
+        )
+    bottom.plot(
+        grid, c["backward"], color="tab:blue", linewidth=1.2, label=f"{subject.name}.backward"
+    )
+    away = torch.ones_like(grid, dtype=torch.bool)
+    for kink in kinks:
+        away &= (grid - kink.x).abs() > 2 * (grid[1] - grid[0])
+        for axes in (top, bottom):
+            axes.axvline(kink.x, color="tab:red", linestyle=":", linewidth=1)
+    if "oracle" in c:
+        difference = ((c["backward"] - c["oracle"]).abs() * away).nan_to_num(nan=0.0)
+        if difference.max() > 0:
+            i = int(difference.argmax())
+            bottom.plot(
+                [grid[i]],
+                [c["backward"][i]],
+                "o",
+                color="tab:red",
+                label=f"largest difference: {difference[i].item():.3g} at x={grid[i].item():.3g}",
+            )
+    kink_text = ", ".join(f"{k.x:g}" for k in kinks) or "none"
+    top.set_title(f"{title}  (kinks: {kink_text})", fontsize="medium")
+    top.set_ylabel("forward")
+    bottom.set_ylabel("backward (dy/dx)")
+    bottom.set_xlabel("x (float64)")
+    for axes in (top, bottom):
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def write_report(
+    report: Report, subject: Subject, oracle: Oracle | None, kinks: list[Kink], directory: Path
+) -> list[str]:
+    """check.json, check.md, check.png and their TensorBoard run in `directory`; what could not
+    be drawn is returned as a line to show, the rest stands."""
+    directory.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {
+        "name": report.name,
+        "verdict": report.status.label,
+        "passed": report.ok,
+        "findings": [f.as_dict() for f in report.findings],
+        **report.facts,
+    }
+    markdown = report.markdown()
+    (directory / "check.md").write_text(markdown)
+    images, problems = {}, []
+    start = time.perf_counter()
+    if oracle is not None:
+        try:
+            plot(subject, oracle, kinks, report.verdict(), directory / "check.png")
+            images["check/functions"] = (directory / "check.png").read_bytes()
+        except Exception as error:  # a Function the plot cannot evaluate: the report stands
+            problems.append(f"(no check.png: {autograd_message(raised(error), subject.name)})")
+    report.facts.setdefault("seconds", {})["picture"] = time.perf_counter() - start
+    write_json_atomic(directory / "check.json", payload | {"seconds": report.facts["seconds"]})
+    gap = report.facts.get("training", {}).get("float32 reference", {}).get("gap", [])
+    series = {
+        tags.loss_gap(report.name): {
+            step: math.log10(abs(v)) if v else tags.IDENTICAL_LOG10 for step, v in enumerate(gap)
+        }
+    }
+    # The picture and the table in TensorBoard too, in the check directory's own run.
+    write_derived(directory, "check", series, images=images, texts={"check/report": markdown})
+    return problems

@@ -1,0 +1,157 @@
+"""The verdict rules: a result against its float64 truth, element by element, within the
+rounding its dtype allows; the worst finding, at an element that shows it."""
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from reluexp.lab.findings import Location, Status
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+# Within this many units of the dtype beyond its own rounding error a result is right; within
+# PRECISION_UNITS, right but less precise (rounding of a formula with cancellation, as 1 - y^2
+# near saturation); beyond, not rounding at all.
+ROUNDING_UNITS = 4
+PRECISION_UNITS = 64
+# Inputs of this magnitude or more are large: a non-finite result there fails at large inputs.
+LARGE_INPUT = 10.0
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass
+class Verdict:
+    status: Status
+    at: Location | None = None
+    note: str = ""
+
+    @property
+    def detail(self) -> str:
+        return (self.at.text() if self.at else "") + self.note
+
+
+def worst(verdicts: list[Verdict]) -> Verdict:
+    return min(verdicts, key=lambda v: v.status, default=Verdict(Status.PASS))
+
+
+@dataclass
+class Truth:
+    """What a result is judged against: the float64 value, what it is called, and the results
+    that count as exactly right (the same formula in the result's own dtype)."""
+
+    value: torch.Tensor
+    expected_as: str
+    exact: list[torch.Tensor]
+    # Rounding error the result may carry anyway: that of its own formula (or a built-in's) in
+    # its dtype, against the float64 value.
+    allowance: torch.Tensor | None = None
+    # The truth's own relative error (finite differences: about 1e-9 of the scale).
+    error: float = 0.0
+    # Whose rounding the allowance is, as the precision note names it.
+    rounding_of: str = ""
+
+
+def judge(
+    what: str,
+    where: tuple[str, torch.Tensor],
+    actual: torch.Tensor,
+    truth: Truth,
+    scale: torch.Tensor,
+    convention: torch.Tensor,
+    size: torch.Tensor,
+    computed_in: torch.dtype,
+    only: frozenset[Status] | None = None,
+    finite_deviations: bool = True,
+) -> Verdict:
+    """actual against truth, element by element; `only` keeps those statuses (a built-in's
+    rounding decides precision, never wrong), and without `finite_deviations` only a result
+    that turns non-finite counts (a forward judged against its own float64 self).
+
+    Right: equal to the truth or an exact result, or no further from the truth than its own
+    rounding allowance plus ROUNDING_UNITS of the dtype it was computed in, relative to the
+    inputs' scale (to the truth itself in half precision, whose built-ins compute in float32).
+    Right but less precise: within PRECISION_UNITS of the inputs' scale. Non-finite where the
+    truth is finite and fits the dtype: fails at large inputs, is wrong at an ordinary input,
+    and near the dtype's range is precision (`size`: the magnitude of the input each element
+    came from). At a `convention` element (a kink, a non-finite input), any difference is a
+    convention."""
+    label, x = where
+    info = torch.finfo(computed_in)
+    low_precision = computed_in in LOW_PRECISION
+    eps = info.eps
+    a, t = actual.detach().double(), truth.value.detach().double()
+    # A true value past the dtype's largest is inf there, rightly.
+    beyond_range = t.isfinite() & (t.abs() > info.max)
+    same = (a == t) | (a.isnan() & t.isnan()) | (beyond_range & a.isinf() & (a.sign() == t.sign()))
+    for exact in truth.exact:
+        e = exact.detach().double()
+        same |= (a == e) | (a.isnan() & e.isnan())
+    nonfinite = ~a.isfinite() & t.isfinite() & ~beyond_range
+    err = (a - t).abs()
+    allowance = torch.zeros_like(err) if truth.allowance is None else truth.allowance
+    allowance = allowance.double().nan_to_num(nan=math.inf)
+    magnitude = t.abs().nan_to_num(nan=0.0, posinf=0.0)
+    lax = (eps + truth.error) * (magnitude + scale)
+    strict = (eps + truth.error) * magnitude + info.smallest_normal
+    precise = err <= allowance + ROUNDING_UNITS * (strict if low_precision else lax)
+    close = err <= allowance + PRECISION_UNITS * lax
+    large, near_range = size >= LARGE_INPUT, size > info.max / 1024
+    off = ~same & ~convention
+    if not finite_deviations:
+        precise = close = torch.ones_like(same)
+    less_precise = off & ~nonfinite & t.isfinite() & close & ~precise
+    # Near the dtype's range an intermediate that overflows (x * 6 / 6) is a matter of
+    # precision; at large ordinary inputs (exp past 88 in float32) a failure.
+    findings = [
+        (
+            Status.WRONG,
+            off & (nonfinite & ~large & ~near_range | ~nonfinite & t.isfinite() & ~close),
+        ),
+        (Status.LARGE, off & nonfinite & large & ~near_range),
+        (Status.PRECISION, less_precise | off & nonfinite & near_range),
+        (Status.CONVENTION, ~same & convention),
+    ]
+    for status, mask in findings:
+        if only is not None and status not in only or not mask.any():
+            continue
+        precision_loss = status == Status.PRECISION and bool(less_precise.any())
+        if precision_loss:  # where it shows most
+            excess = ((err - allowance) / lax).nan_to_num(nan=-math.inf)
+            flat = int(torch.where(less_precise, excess, -math.inf).argmax())
+        else:
+            flat = int(mask.flatten().nonzero()[0])
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), mask.shape))
+        at = Location(
+            what,
+            label,
+            index,
+            x[index].item(),
+            dtype_name(x.dtype),
+            actual[index].item(),
+            truth.value[index].item(),
+            truth.expected_as,
+        )
+        note = ""
+        if precision_loss:
+            units = ((err - allowance) / strict)[index].item()
+            beyond = (
+                f" beyond what {truth.rounding_of} in {dtype_name(computed_in)} is off by"
+                if truth.rounding_of
+                else " off"
+            )
+            note = (
+                f": {units:.0f} units of {dtype_name(computed_in)}{beyond} there "
+                f"({int(less_precise.sum())} of {mask.numel()} elements less precise)"
+            )
+            if low_precision:
+                note += "; the built-ins compute in float32: compute in float32, cast back"
+        elif status == Status.PRECISION:
+            note = (
+                f" (near {dtype_name(computed_in)}'s largest value an intermediate overflows, "
+                "where the result itself would fit)"
+            )
+        return Verdict(status, at, note)
+    return Verdict(Status.PASS)

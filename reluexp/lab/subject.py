@@ -1,0 +1,142 @@
+"""The Function under check, as the lab calls it: the user's target as f(x, *tensors) (a Module's
+tensor parameters passed explicitly), its declared surrogate and its optional reference, built
+from objects or dotted paths. Building runs none of the user's code but its constructors."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from reluexp.activations import (
+    Activation,
+    accepted,
+    as_activation,
+    checked_params,
+    is_function,
+    is_module,
+    resolved,
+    surrogate_of,
+)
+from reluexp.config import ConfigError
+
+Tensors = Callable[..., torch.Tensor]
+
+
+@dataclass
+class BackwardRecord:
+    """What the Function's backward returned for the input, before autograd cast it (a
+    backward that returns float32 for a float64 input is cast silently)."""
+
+    returned: list[Any] = field(default_factory=list)
+
+    def take(self) -> Any:
+        value = self.returned[-1] if self.returned else None
+        self.returned.clear()
+        return value
+
+
+def recording(function: type[torch.autograd.Function], record: BackwardRecord) -> type:
+    """The Function with a backward that records what it returns. Made under the Function's own
+    name, so autograd's messages name the user's class (`MyReLUBackward`), not a wrapper."""
+
+    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> Any:
+        grads = function.backward(ctx, *grad_outputs)
+        record.returned.append(grads[0] if isinstance(grads, tuple) else grads)
+        return grads
+
+    namespace = {"backward": staticmethod(backward), "__module__": function.__module__}
+    return type(function.__name__, (function,), namespace)
+
+
+def explicit(obj: object, params: dict[str, Any], path: str) -> tuple[Tensors, dict[str, Any]]:
+    """obj as f(x, *tensors) and the tensor parameters that follow x: a Module's own (through
+    torch.func.functional_call), none for a Function or a function."""
+    if is_module(obj):
+        checked_params(obj, params, path)
+        module = obj(**params)
+        named = dict(module.named_parameters())
+
+        def call(x: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+            return torch.func.functional_call(module, dict(zip(named, tensors)), (x,))
+
+        return call, {name: p.detach().clone() for name, p in named.items()}
+    return as_activation(obj, params, path), {}
+
+
+@dataclass
+class Subject:
+    """The target, its surrogate and its reference as the checks call them."""
+
+    name: str
+    kind: str  # Function, Module or function
+    call: Tensors  # f(x, *params), its backward recorded
+    plain: Tensors  # the same, unrecorded: what vmap and compile are tried on
+    params: dict[str, torch.Tensor]
+    record: BackwardRecord
+    make_activation: Callable[[], Activation]  # a fresh one for each training run
+    function: type[torch.autograd.Function] | None = None
+    # The Function's non-tensor arguments after the input (activation.params, in order).
+    extra_args: tuple[Any, ...] = ()
+    # g(x): the derivative the backward declares it computes instead of the forward's.
+    surrogate: Callable[[torch.Tensor], torch.Tensor] | None = None
+    reference: Tensors | None = None
+    reference_path: str | None = None
+    make_reference: Callable[[], Activation] | None = None
+
+    def inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The parameters, in x's dtype and device, as leaves that want gradients."""
+        return [p.detach().to(x.device, x.dtype).requires_grad_() for p in self.params.values()]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The target's value at x, no graph."""
+        with torch.no_grad():
+            return self.call(x, *self.inputs(x))
+
+
+def build_subject(
+    target: object,
+    reference: object = None,
+    surrogate: object = None,
+    params: dict[str, Any] | None = None,
+) -> Subject:
+    """The subject for a target and its reference and surrogate, each an object or a dotted
+    path; the params go to the target, and to the reference and the surrogate as they take
+    them. A mistake is a ConfigError naming the key."""
+    params = dict(params or {})
+    target_path = target if isinstance(target, str) else getattr(target, "__qualname__", "target")
+    obj = resolved(target, "activation.target")
+    if not callable(obj):
+        raise ConfigError(
+            f"activation.target={target_path}: a {type(obj).__name__}, not a Function, Module or "
+            "function"
+        )
+    record = BackwardRecord()
+    spied = recording(obj, record) if is_function(obj) else obj
+    call, named = explicit(spied, params, target_path)
+    plain, _ = explicit(obj, params, target_path)
+    subject = Subject(
+        name=getattr(obj, "__name__", target_path),
+        kind="Function" if is_function(obj) else "Module" if is_module(obj) else "function",
+        call=call,
+        plain=plain,
+        params=named,
+        record=record,
+        make_activation=lambda: as_activation(obj, params, target_path),
+        function=obj if is_function(obj) else None,
+        extra_args=checked_params(obj, params, target_path) if is_function(obj) else (),
+        surrogate=surrogate_of(surrogate, params, "activation.surrogate"),
+    )
+    if reference is not None:
+        reference_path = reference if isinstance(reference, str) else repr(reference)
+        ref = resolved(reference, "activation.reference")
+        ref_params = accepted(ref, params)
+        subject.reference, ref_named = explicit(ref, ref_params, reference_path)
+        if len(ref_named) != len(named):
+            raise ConfigError(
+                f"activation.reference={reference_path}: has {len(ref_named)} tensor "
+                f"parameter(s), the target {len(named)}: they cannot be compared"
+            )
+        subject.reference_path = reference_path
+        subject.make_reference = lambda: as_activation(ref, ref_params, reference_path)
+    return subject
