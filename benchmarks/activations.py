@@ -18,9 +18,9 @@ import torch
 from omegaconf import OmegaConf
 
 from benchmarks.common import alternate, machine, summarize, write_section
-from reluexp.activations import resolve_activation
-from reluexp.model import forward, init_weights
-from reluexp.process import KEEP_FREED_MEMORY, set_malloc
+from reluexp.functions.targets import resolve_activation
+from reluexp.run.model import forward, init_weights
+from reluexp.run.process import KEEP_FREED_MEMORY, set_malloc
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "activation"
 SIZES = {"reference": (64, 1000, 100, 10), "large": (4096, 1024, 4096, 10)}

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import alternate, machine, summarize, write_section
-from reluexp import train
 from reluexp.config import Config
-from reluexp.events import read_scalars
+from reluexp.record.events import read_scalars
+from reluexp.run import runner as train
 
 SIZES = {"reference": (64, 1000, 100, 500), "large": (4096, 1024, 4096, 3)}
 ACTIVATIONS = {"myrelu": "reluexp.functions.MyReLU", "relu": "torch.relu"}

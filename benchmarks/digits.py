@@ -15,11 +15,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import alternate, machine, summarize, write_section
-from reluexp import train
 from reluexp.hydra_glue import compose_config, task_config
-from reluexp.process import keep_freed_memory
-from reluexp.state import seeded_data
-from reluexp.train import Batches
+from reluexp.run import runner as train
+from reluexp.run.process import keep_freed_memory
+from reluexp.run.runner import Batches
+from reluexp.run.state import seeded_data
 
 OVERRIDES = ["data=digits", "activation=relu", "device=cpu"]
 

@@ -20,7 +20,7 @@ import torch
 
 from benchmarks.activations import SIZES, step_time
 from benchmarks.common import machine, write_section
-from reluexp.process import KEEP_FREED_MEMORY, set_malloc
+from reluexp.run.process import KEEP_FREED_MEMORY, set_malloc
 
 MATMUL_N = 4096
 

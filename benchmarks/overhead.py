@@ -27,11 +27,13 @@ from unittest import mock
 import torch
 
 from benchmarks.common import alternate, machine, summarize, write_section
-from reluexp import fused, metrics, train
 from reluexp.config import Config
-from reluexp.functions import MyReLU
-from reluexp.process import keep_freed_memory
-from reluexp.update import WeightUpdate
+from reluexp.functions.activations import MyReLU
+from reluexp.record import metrics
+from reluexp.run import fused
+from reluexp.run import runner as train
+from reluexp.run.process import keep_freed_memory
+from reluexp.run.update import WeightUpdate
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

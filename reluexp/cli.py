@@ -24,11 +24,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from reluexp.config import Config, ConfigError, validate
 from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_config
-from reluexp.rundir import shown_path
-from reluexp.slurm import check_slurm_resources, slurm_job_id
-from reluexp.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
-from reluexp.sweep import Plan, job_line, loss_lines_labelled, sweep_plan, write_sweep_summary
-from reluexp.workers import in_worker_processes, stop_workers_on_signals
+from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
+from reluexp.run.rundir import shown_path
+from reluexp.sweeps.slurm import check_slurm_resources, slurm_job_id
+from reluexp.sweeps.terminal import (
+    Plan,
+    job_line,
+    loss_lines_labelled,
+    sweep_plan,
+    write_sweep_summary,
+)
+from reluexp.sweeps.workers import in_worker_processes, stop_workers_on_signals
 
 log = logging.getLogger("reluexp")
 # A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
@@ -89,8 +95,8 @@ class Lifecycle(Callback):
     after its jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from reluexp.activations import resolve_activation, surrogate_of
-        from reluexp.device import check_memory, resolve_device
+        from reluexp.functions.targets import resolve_activation, surrogate_of
+        from reluexp.run.device import check_memory, resolve_device
 
         with start_up_checks():
             check_job_name(config.hydra.job.name)
@@ -270,7 +276,7 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
     """One run, or a job of the sweep `plan` describes. Its outcome reaches stderr in one line
     (a sweep's job lines come from Lifecycle); a failure in a sweep is a result, recorded, and
     the other jobs run."""
-    from reluexp import train
+    from reluexp.run import runner as train
 
     run_dir = Path(hydra_config.runtime.output_dir)
     overrides = list(hydra_config.overrides.task)

@@ -15,8 +15,10 @@ import urllib.request
 
 import pytest
 
-from reluexp import cli, progress, train
+from reluexp import cli
 from reluexp.config import Config
+from reluexp.record import progress
+from reluexp.run import runner as train
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from reluexp import _compat
-from reluexp.functions import LeakyReLU, LeanReLU, SiLU
+from reluexp.functions.activations import LeakyReLU, LeanReLU, SiLU
 
 pytestmark = pytest.mark.compat
 

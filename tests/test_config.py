@@ -9,8 +9,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from reluexp import hydra_glue
-from reluexp.activations import resolve_activation
 from reluexp.config import Config, ConfigError, Dtype, config_dict, key_meanings, validate
+from reluexp.functions.targets import resolve_activation
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.compat
@@ -138,8 +138,8 @@ def help_training_examples() -> list[list[str]]:
 @pytest.mark.parametrize("overrides", help_training_examples(), ids=" ".join)
 def test_every_help_example_trains(tmp_path, overrides):
     """--help's examples produce runs that learn: no vanished gradients, the loss falls."""
-    from reluexp import train
-    from reluexp.events import read_scalars
+    from reluexp.record.events import read_scalars
+    from reluexp.run import runner as train
 
     config = compose_config(*overrides, "steps=200", "device=cpu", "quiet=true")
     train.run(config, tmp_path)

@@ -6,8 +6,10 @@ import json
 import pytest
 import torch
 
-from reluexp import metrics, state, train
 from reluexp.config import Config
+from reluexp.record import metrics
+from reluexp.run import runner as train
+from reluexp.run import state
 from tests.helpers import seed_loop
 
 pytestmark = [

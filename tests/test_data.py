@@ -11,10 +11,11 @@ import numpy
 import pytest
 import torch
 
-from reluexp import progress, train
 from reluexp.config import Config, ConfigError, DataName
-from reluexp.events import read_scalars
 from reluexp.hydra_glue import compose_config, task_config
+from reluexp.record import progress
+from reluexp.record.events import read_scalars
+from reluexp.run import runner as train
 
 pytestmark = pytest.mark.compat
 

@@ -17,13 +17,14 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from reluexp import report, train
-from reluexp.checkpoint import CHECKPOINT_NAME
 from reluexp.cli import hydra_quoted_resume
 from reluexp.config import Config, ConfigError
-from reluexp.events import read_scalars
 from reluexp.lab import command as check
-from reluexp.rundir import hold_run
+from reluexp.record.events import read_scalars
+from reluexp.run import runner as train
+from reluexp.run.checkpoint import CHECKPOINT_NAME
+from reluexp.run.rundir import hold_run
+from reluexp.sweeps import report
 from tests.helpers import REPO_ROOT, run_cli
 from tests.test_reliability import SMALL, STEPS, interrupted_run, small_config, summary
 

@@ -7,7 +7,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from reluexp.events import EventWriter, ScalarEvents, read_scalars, varint
+from reluexp.record.events import EventWriter, ScalarEvents, read_scalars, varint
 
 pytestmark = pytest.mark.compat
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reluexp.events import read_scalars
-from reluexp.tags import DERIVED, streamed
+from reluexp.record.events import read_scalars
+from reluexp.record.tags import DERIVED, streamed
 from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -155,7 +155,7 @@ def test_a_users_config_directory_adds_activations_and_studies(install, installe
 def test_a_build_without_a_c_compiler_streams_the_same_numbers(
     installed_python, python_without_the_kernel, tmp_path
 ):
-    kernel = "import reluexp.fused as f; print(f._fused is not None)"
+    kernel = "import reluexp.run.fused as f; print(f._fused is not None)"
     assert run(installed_python, "-c", kernel, cwd=tmp_path).stdout.split() == ["True"]
     assert run(python_without_the_kernel, "-c", kernel, cwd=tmp_path).stdout.split() == ["False"]
     streams = []

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from reluexp.process import StopSignals, job_environment
+from reluexp.run.process import StopSignals, job_environment
 
 
 def test_job_environment_puts_back_threads_rng_and_signal_handlers():
@@ -54,7 +54,7 @@ def test_a_stopped_worker_ignores_the_stops_second_copy_until_it_exits():
 
 PAGE_FAULTS_OF_A_REALLOCATION = """
 import contextlib, resource, sys, torch
-from reluexp.process import keep_freed_memory
+from reluexp.run.process import keep_freed_memory
 
 def step():
     # A large layer's pre-activation and activation, 64 MiB each, touched and freed. (One

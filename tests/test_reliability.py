@@ -13,9 +13,9 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from reluexp import train
-from reluexp.checkpoint import CHECKPOINT_NAME
 from reluexp.config import Config, ConfigError, config_from_dict
+from reluexp.run import runner as train
+from reluexp.run.checkpoint import CHECKPOINT_NAME
 from tests.helpers import run_cli
 
 # Small enough for thousands of steps a second, so a signal lands mid-run.

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from reluexp import train
-from reluexp.checkpoint import CHECKPOINT_NAME
 from reluexp.config import config_from_dict
+from reluexp.run import runner as train
+from reluexp.run.checkpoint import CHECKPOINT_NAME
 from tests.helpers import REPO_ROOT
 from tests.test_reliability import SMALL, STEPS, losses
 

@@ -14,11 +14,11 @@ import time
 import pytest
 import torch
 
-from reluexp import report
-from reluexp.events import read_scalars
 from reluexp.hydra_glue import compose_config
-from reluexp.summary import RunSummary
-from reluexp.workers import command_line
+from reluexp.record.events import read_scalars
+from reluexp.record.summary import RunSummary
+from reluexp.sweeps import report
+from reluexp.sweeps.workers import command_line
 from tests.helpers import run_cli
 from tests.test_config import EXPERIMENTS
 
@@ -207,7 +207,7 @@ def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
     |a - b| / |b| of the article's loop run twice, independently of reluexp; the final step's
     signed gap is the run's HParams metric."""
     from reluexp.config import Config
-    from reluexp.tags import FINAL_LOSS_VS_REFERENCE, IDENTICAL_LOG10
+    from reluexp.record.tags import FINAL_LOSS_VS_REFERENCE, IDENTICAL_LOG10
     from tests.helpers import seed_loop
     from tests.test_edges import fake_sweep
 

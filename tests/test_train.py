@@ -10,12 +10,13 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from reluexp import fused, train
-from reluexp.checkpoint import load_checkpoint
 from reluexp.config import Config, ConfigError
-from reluexp.metrics import MetricStream
-from reluexp.tags import streamed
-from reluexp.update import WeightUpdate
+from reluexp.record.metrics import MetricStream
+from reluexp.record.tags import streamed
+from reluexp.run import fused
+from reluexp.run import runner as train
+from reluexp.run.checkpoint import load_checkpoint
+from reluexp.run.update import WeightUpdate
 from tests.helpers import SeedRelu, run_cli, seed_loop
 
 
@@ -317,7 +318,7 @@ def test_the_kernel_refuses_blocks_that_overlap_and_a_weight_that_moved():
 def test_the_fused_kernel_runs_on_torchs_openmp_runtime_not_a_second_one():
     # Two runtimes would mean two thread teams spinning on the same cores.
     script = (
-        "import re, reluexp.fused as f\n"
+        "import re, reluexp.run.fused as f\n"
         "assert f._fused\n"
         "print(*set(re.findall(r'\\S*libgomp\\S*', open('/proc/self/maps').read())))"
     )

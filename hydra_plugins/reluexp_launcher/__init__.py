@@ -1,2 +1,2 @@
 """reluexp's Hydra launcher plugin: Hydra's submitit launchers, with every job followed to its end
-(reluexp.launcher). Found by Hydra in its `hydra_plugins` namespace."""
+(reluexp.sweeps.launcher). Found by Hydra in its `hydra_plugins` namespace."""

@@ -1,5 +1,6 @@
 """The launchers behind `hydra/launcher=submitit_local`, `submitit_slurm` and `slurm`:
-hydra-submitit-launcher's, launching through reluexp.launcher (each job followed to its end)."""
+hydra-submitit-launcher's, launching through reluexp.sweeps.launcher (each job followed to its
+end)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,8 +19,10 @@ except ImportError:  # the `sweeps` extra is not installed: no submitit launcher
 def launch(
     launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> list[JobReturn]:
-    """Submit the jobs and follow each to its end (reluexp.launcher)."""
-    from reluexp import launcher as launching  # imported by a sweep only: plugin scans stay fast
+    """Submit the jobs and follow each to its end (reluexp.sweeps.launcher)."""
+    from reluexp.sweeps import (
+        launcher as launching,  # imported by a sweep only: plugin scans stay fast
+    )
 
     return launching.launch(launcher, [list(o) for o in job_overrides], initial_job_idx)
 

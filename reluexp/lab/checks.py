@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reluexp.activations import changes_its_input
+from reluexp.functions.targets import changes_its_input
 from reluexp.lab.calls import UserError, computed_in, forward_backward, guarded, users_code
 from reluexp.lab.cases import Kink, edge_cases, large_values, sample, upstream
 from reluexp.lab.compare import compare, compared

@@ -9,14 +9,14 @@ from typing import Any
 
 import torch
 
-from reluexp import tags
-from reluexp.events import write_derived
 from reluexp.lab.calls import autograd_message, forward_backward, raised
 from reluexp.lab.cases import KINK_RANGE, Kink
 from reluexp.lab.findings import Report
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
-from reluexp.summary import write_json_atomic
+from reluexp.record import tags
+from reluexp.record.events import write_derived
+from reluexp.record.summary import write_json_atomic
 
 
 def curves(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> dict[str, torch.Tensor]:

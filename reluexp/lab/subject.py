@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from reluexp.activations import (
+from reluexp.config import ConfigError
+from reluexp.functions.targets import (
     Activation,
     accepted,
     as_activation,
@@ -18,7 +19,6 @@ from reluexp.activations import (
     resolved,
     surrogate_of,
 )
-from reluexp.config import ConfigError
 
 Tensors = Callable[..., torch.Tensor]
 

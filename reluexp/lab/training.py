@@ -13,16 +13,16 @@ from typing import Any
 
 import torch
 
-from reluexp import train
-from reluexp.activations import Activation
 from reluexp.config import Config, Dtype, Init
+from reluexp.functions.targets import Activation
 from reluexp.lab.calls import UserError, autograd_message, raised
 from reluexp.lab.cases import Kink
 from reluexp.lab.checks import Probe
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
-from reluexp.state import build_state, seeded_data
+from reluexp.run import runner as train
+from reluexp.run.state import build_state, seeded_data
 
 # A wrong backward parts the float64 pair at the first update; more steps decide no better.
 TWIN_STEPS = 50

@@ -2,9 +2,9 @@
 
 import torch
 
-from reluexp import fused
 from reluexp.config import Config, Optimizer
-from reluexp.metrics import MetricRow
+from reluexp.record.metrics import MetricRow
+from reluexp.run import fused
 
 
 def make_optimizer(config: Config, weights: list[torch.Tensor]) -> torch.optim.Optimizer | None:

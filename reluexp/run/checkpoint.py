@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from reluexp.config import ConfigError
-from reluexp.rundir import CHECKPOINT_NAME
+from reluexp.run.rundir import CHECKPOINT_NAME
 
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:

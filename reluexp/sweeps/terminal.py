@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from reluexp import report
-from reluexp.rundir import shown_path
-from reluexp.summary import RunSummary
+from reluexp.record.summary import RunSummary
+from reluexp.run.rundir import shown_path
+from reluexp.sweeps import report
 
 loss_log = logging.getLogger("reluexp.losses")
 

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from reluexp.activations import Activation
+from reluexp.functions.targets import Activation
 
 
 def init_weights(

@@ -69,7 +69,7 @@ def load_data(config: Config, generator: torch.Generator) -> Dataset:
     elif data.name == DataName.file:
         arrays = read_file(Path(data.path))
     else:
-        from reluexp.activations import import_object
+        from reluexp.functions.targets import import_object
 
         loader = import_object(data.loader, "data.loader")
         arrays = loader()

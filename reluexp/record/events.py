@@ -21,7 +21,7 @@ from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
-from reluexp.tags import (
+from reluexp.record.tags import (
     FINAL_LOSS_VS_REFERENCE,
     HPARAM_METRICS,
     IDENTICAL_LOG10,

@@ -18,9 +18,9 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
 from reluexp.hydra_glue import job_number
-from reluexp.slurm import ENDED_STATES, GONE, slurm_states
-from reluexp.summary import RunSummary, SummaryError, record_lost
-from reluexp.sweep import job_line, sweep_plan
+from reluexp.record.summary import RunSummary, SummaryError, record_lost
+from reluexp.sweeps.slurm import ENDED_STATES, GONE, slurm_states
+from reluexp.sweeps.terminal import job_line, sweep_plan
 
 POLL_SECONDS = 1.0
 

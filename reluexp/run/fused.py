@@ -1,11 +1,11 @@
-"""The fused kernel (reluexp/_fused.c) behind checks: it takes tensors, and anything it could
+"""The fused kernel (reluexp/run/_fused.c) behind checks: it takes tensors, and anything it could
 not safely read or write (another dtype or device, strides, sizes, overlapping memory) is a
 ValueError, never a crash. Nothing else imports the kernel."""
 
 import torch  # before the kernel: it then runs on the OpenMP runtime torch loaded
 
 try:
-    from reluexp import _fused
+    from reluexp.run import _fused
 except ImportError:  # built without a C compiler: reluexp does the same work with torch ops
     _fused = None
 
@@ -19,7 +19,7 @@ def serves(*tensors: torch.Tensor) -> bool:
 
 def _require(ok: bool, message: str) -> None:
     if not ok:
-        raise ValueError(f"reluexp.fused: {message}")
+        raise ValueError(f"reluexp.run.fused: {message}")
 
 
 def _block(name: str, t: torch.Tensor, dtype: torch.dtype = torch.float32) -> int:
@@ -96,14 +96,14 @@ def _input(name: str, t: torch.Tensor, numel: int, blocks: Blocks) -> int:
     blocks the call writes. Its address. (Called every step: as few attribute reads as it
     takes.)"""
     if not (t.dtype is torch.float32 and t.is_cpu and t.is_contiguous()):
-        raise ValueError(f"reluexp.fused: {name} must be a contiguous torch.float32 CPU tensor")
+        raise ValueError(f"reluexp.run.fused: {name} must be a contiguous torch.float32 CPU tensor")
     if t.numel() != numel:
-        raise ValueError(f"reluexp.fused: {name} has {t.numel()} elements, {numel} expected")
+        raise ValueError(f"reluexp.run.fused: {name} has {t.numel()} elements, {numel} expected")
     start = t.data_ptr()
     end = start + 4 * numel
     for block_start, block_end in blocks.spans:
         if block_start < end and start < block_end:
-            raise ValueError(f"reluexp.fused: {name} overlaps a block it would write")
+            raise ValueError(f"reluexp.run.fused: {name} overlaps a block it would write")
     return start
 
 
@@ -123,11 +123,11 @@ class Weight:
         """The seed's `w -= lr * grad` in place (bit-identical to torch's), with the norms of
         grad and of the updated w written into the row's cells."""
         if self.w.data_ptr() != self.address or not self.w.is_contiguous():
-            raise ValueError("reluexp.fused: w's storage changed since it was checked")
+            raise ValueError("reluexp.run.fused: w's storage changed since it was checked")
         address = _input("grad", grad, self.numel, self.blocks)
         w_start, w_end = self.span
         if address < w_end and w_start < address + 4 * self.numel:
-            raise ValueError("reluexp.fused: w overlaps grad")
+            raise ValueError("reluexp.run.fused: w overlaps grad")
         cells = self.blocks.norm_addresses(row, self.index)
         _fused.update_and_norms(self.address, address, self.numel, lr, *cells)
 

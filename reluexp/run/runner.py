@@ -14,10 +14,6 @@ from typing import Any
 
 import torch
 
-from reluexp import summary as summaries
-from reluexp import tags
-from reluexp.activations import Activation, resolve_activation
-from reluexp.checkpoint import load_checkpoint
 from reluexp.config import (
     Config,
     ConfigError,
@@ -31,18 +27,22 @@ from reluexp.config import (
     hidden_sizes,
     validate,
 )
-from reluexp.data import Dataset
-from reluexp.device import check_memory, resolve_device
-from reluexp.events import EventWriter
-from reluexp.metrics import MetricRows, MetricStream
-from reluexp.model import forward
-from reluexp.process import StopSignals, job_environment
-from reluexp.progress import Progress
-from reluexp.rundir import DiskReserve, hold_run
-from reluexp.slurm import slurm_job_id
-from reluexp.state import RunState, build_state, check_checkpoint, save_state, seeded_data
-from reluexp.summary import RunSummary, SummaryError
-from reluexp.update import WeightUpdate
+from reluexp.functions.targets import Activation, resolve_activation
+from reluexp.record import summary as summaries
+from reluexp.record import tags
+from reluexp.record.events import EventWriter
+from reluexp.record.metrics import MetricRows, MetricStream
+from reluexp.record.progress import Progress
+from reluexp.record.summary import RunSummary, SummaryError
+from reluexp.run.checkpoint import load_checkpoint
+from reluexp.run.data import Dataset
+from reluexp.run.device import check_memory, resolve_device
+from reluexp.run.model import forward
+from reluexp.run.process import StopSignals, job_environment
+from reluexp.run.rundir import DiskReserve, hold_run
+from reluexp.run.state import RunState, build_state, check_checkpoint, save_state, seeded_data
+from reluexp.run.update import WeightUpdate
+from reluexp.sweeps.slurm import slurm_job_id
 
 log = logging.getLogger("reluexp")
 # The article's `step loss` lines: the only lines on stdout (conf/config.yaml).

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from reluexp.activations import Activation
-from reluexp.checkpoint import save_checkpoint
 from reluexp.config import Config, ConfigError, Dtype, Init, config_dict
-from reluexp.data import Dataset, load_data
-from reluexp.model import init_weights
-from reluexp.update import make_optimizer
+from reluexp.functions.targets import Activation
+from reluexp.run.checkpoint import save_checkpoint
+from reluexp.run.data import Dataset, load_data
+from reluexp.run.model import init_weights
+from reluexp.run.update import make_optimizer
 
 log = logging.getLogger("reluexp")
 

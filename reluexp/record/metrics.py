@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reluexp import fused, tags
+from reluexp.record import tags
+from reluexp.run import fused
 
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256

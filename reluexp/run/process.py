@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from reluexp.slurm import slurm_job_id
+from reluexp.sweeps.slurm import slurm_job_id
 
 # glibc's mallopt parameters (malloc.h) and the defaults it starts with.
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
