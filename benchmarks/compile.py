@@ -21,7 +21,7 @@ import torch
 from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp.config import Config
 from reluexp.record.events import read_scalars
-from reluexp.run import runner as train
+from reluexp.run import runner
 
 SIZES = {"reference": (64, 1000, 100, 500), "large": (4096, 1024, 4096, 3)}
 ACTIVATIONS = {"myrelu": "reluexp.functions.MyReLU", "relu": "torch.relu"}
@@ -37,14 +37,14 @@ def config(size: str, activation: str, compiled: bool) -> Config:
 
 def per_step(size: str, activation: str, compiled: bool) -> float:
     with tempfile.TemporaryDirectory() as run_dir:
-        train.run(config(size, activation, compiled), Path(run_dir))
+        runner.run(config(size, activation, compiled), Path(run_dir))
         summary = json.loads((Path(run_dir) / "summary.json").read_text())
         return 1 / summary["steps_per_s"]
 
 
 def losses(compiled: bool) -> list[float]:
     with tempfile.TemporaryDirectory() as run_dir:
-        train.run(Config(device="cpu", compile=compiled, quiet=True), Path(run_dir))
+        runner.run(Config(device="cpu", compile=compiled, quiet=True), Path(run_dir))
         by_step = read_scalars(Path(run_dir), ["loss/train"])["loss/train"]
         return [by_step[step] for step in sorted(by_step)]
 

@@ -16,9 +16,9 @@ import torch
 
 from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp.hydra_glue import compose_config, task_config
-from reluexp.run import runner as train
+from reluexp.run import runner
+from reluexp.run.batches import Batches
 from reluexp.run.process import keep_freed_memory
-from reluexp.run.runner import Batches
 from reluexp.run.state import seeded_data
 
 OVERRIDES = ["data=digits", "activation=relu", "device=cpu"]
@@ -64,9 +64,9 @@ def plain_loop(steps: int) -> float:
 
 
 def reluexp_run(steps: int, log_every: int | None = None) -> float:
-    """train.run's loop per step (summary.json's wall time: the loop and its flushes)."""
+    """runner.run's loop per step (summary.json's wall time: the loop and its flushes)."""
     with tempfile.TemporaryDirectory() as run_dir:
-        train.run(config(steps, log_every), Path(run_dir))
+        runner.run(config(steps, log_every), Path(run_dir))
         return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
 
 

@@ -6,8 +6,8 @@
 In-process per-step time (same process, alternating, both under reluexp's malloc settings), and
 whole-process wall time of `python -m reluexp device=cpu` against `python benchmarks/article.py`
 at the reference size: one step (start-up) and 6000 steps, and the same process ending without
-the gc.freeze() of reluexp.__main__. Where the stream's time goes: the streamed loop with torch
-ops instead of the fused kernel (one op per tensor, or torch's multi-tensor _foreach ops), and
+the gc.freeze() of reluexp.__main__. Where the stream's time goes: the streamed loop with its norms
+taken by torch.linalg.vector_norm (in float32, and in float64 as the old torch path did), and
 without the activation counters. --compare PYTHON adds another installation's reluexp (an older
 commit's, say) beside this one, in the same run: its streamed loop in a fresh process and its
 whole processes.
@@ -30,10 +30,8 @@ from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp.config import Config
 from reluexp.functions.activations import MyReLU
 from reluexp.record import metrics
-from reluexp.run import fused
-from reluexp.run import runner as train
+from reluexp.run import runner
 from reluexp.run.process import keep_freed_memory
-from reluexp.run.update import WeightUpdate
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,53 +65,29 @@ def bare_loop(steps: int) -> float:
 
 
 def reluexp_loop(steps: int, log_every: int, variant: str = "as shipped") -> float:
-    """train.run's loop time per step (summary.json's wall time covers the loop and flushes),
+    """runner.run's loop time per step (summary.json's wall time covers the loop and flushes),
     as shipped or in one of VARIANTS."""
     with VARIANTS[variant](), tempfile.TemporaryDirectory() as run_dir:
-        train.run(Config(device="cpu", steps=steps, log_every=log_every), Path(run_dir))
+        runner.run(Config(device="cpu", steps=steps, log_every=log_every), Path(run_dir))
         return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
 
 
-def foreach_grad_norms(row: metrics.MetricRow, weights: list[torch.Tensor]) -> None:
-    norms = torch._foreach_norm([w.grad for w in weights], 2, dtype=torch.float64)
-    torch._foreach_copy_(row.grad_cells, norms)
+def vector_norm_squared(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(tensor.detach()) ** 2
 
 
-def foreach_weight_norms(row: metrics.MetricRow, weights: list[torch.Tensor]) -> None:
-    norms = torch._foreach_norm([w.detach() for w in weights], 2, dtype=torch.float64)
-    torch._foreach_copy_(row.weight_cells, norms)
-
-
-def foreach_seed_update(update: WeightUpdate, tensors: list[torch.Tensor]) -> None:
-    """The seed's update with the same rounding (lr * grad, then w minus that), as two
-    multi-tensor ops."""
-    tensors = [w for w in tensors if w.grad is not None]
-    grads = [w.grad for w in tensors]
-    torch._foreach_mul_(grads, update.lr)
-    torch._foreach_sub_(tensors, grads)
-    for w in tensors:
-        w.grad = None
-
-
-@contextlib.contextmanager
-def foreach_ops():
-    """The fused kernel's work done by torch's multi-tensor (_foreach) ops instead."""
-    with (
-        mock.patch.object(fused, "_fused", None),
-        mock.patch.object(metrics.MetricRow, "record_grad_norms", foreach_grad_norms),
-        mock.patch.object(metrics.MetricRow, "record_weight_norms", foreach_weight_norms),
-        mock.patch.object(WeightUpdate, "seed_update", foreach_seed_update),
-    ):
-        yield
+def float64_norm_squared(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(tensor.detach(), dtype=torch.float64) ** 2
 
 
 # The streamed loop with one thing changed, to show what each part of a row costs.
 VARIANTS = {
     "as shipped": contextlib.nullcontext,
-    "torch ops instead of the fused kernel": lambda: mock.patch.object(fused, "_fused", None),
-    "torch's _foreach ops instead of the fused kernel": foreach_ops,
-    "without the loss and activation counters": lambda: mock.patch.object(
-        metrics.MetricRow, "record_activations", lambda self, loss, hidden: None
+    "norms by torch.linalg.vector_norm instead of a dot product": lambda: mock.patch.object(
+        metrics, "squared_norm", vector_norm_squared
+    ),
+    "norms in float64 (the old torch path)": lambda: mock.patch.object(
+        metrics, "squared_norm", float64_norm_squared
     ),
 }
 
@@ -123,12 +97,20 @@ WHOLE_PROCESS_STEPS = (1, 6000)
 # python -m reluexp without reluexp.__main__'s gc.freeze() at the end.
 WITHOUT_FREEZE = "import sys; from reluexp.cli import main; main()"
 # The streamed loop's time per step, in a fresh process of the given python.
-LOOP_IN_A_PROCESS = (
-    "import json, sys, tempfile; from pathlib import Path; from reluexp import train; "
-    "from reluexp.config import Config; steps = int(sys.argv[1]); run_dir = tempfile.mkdtemp(); "
-    "train.run(Config(device='cpu', steps=steps, quiet=True), Path(run_dir)); "
-    "print(json.loads((Path(run_dir) / 'summary.json').read_text())['wall_time_s'] / steps)"
-)
+# The streamed loop's time per step, in a fresh process of the given python (this tree's
+# layout, or an older commit's reluexp.train).
+LOOP_IN_A_PROCESS = """
+import json, sys, tempfile
+from pathlib import Path
+try:
+    from reluexp.run.runner import run
+except ImportError:
+    from reluexp.train import run
+from reluexp.config import Config
+steps, run_dir = int(sys.argv[1]), tempfile.mkdtemp()
+run(Config(device="cpu", steps=steps, quiet=True), Path(run_dir))
+print(json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps)
+"""
 
 
 def loop_in_a_process(python: str, steps: int) -> float:

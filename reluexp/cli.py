@@ -22,11 +22,12 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp.config import Config, ConfigError, validate
+from reluexp.config import Config, ConfigError
 from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_config
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
 from reluexp.run.rundir import shown_path
-from reluexp.sweeps.slurm import check_slurm_resources, slurm_job_id
+from reluexp.run.signals import StopSignals, slurm_job_id
+from reluexp.sweeps.slurm import check_slurm_resources
 from reluexp.sweeps.terminal import (
     Plan,
     job_line,
@@ -90,26 +91,25 @@ def start_up_checks() -> Iterator[None]:
         exit_with(ConfigError(f"{type(error).__name__}: {one_line(error)}"))
 
 
+# A single run's checked start (run.runner.Prepared): made by Lifecycle.on_run_start before
+# Hydra makes the run's directory, taken by the run itself. (Hydra passes nothing from its
+# callbacks to its task.)
+STARTED: list[Any] = []
+
+
 class Lifecycle(Callback):
     """Checks before Hydra creates a single run's or a sweep's directory; the sweep's summary
     after its jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from reluexp.functions.targets import resolve_activation, surrogate_of
-        from reluexp.run.device import check_memory, resolve_device
+        from reluexp.run.runner import prepare
 
         with start_up_checks():
             check_job_name(config.hydra.job.name)
             if config.resume is not None:
                 check_resume(config)
-            typed = task_config(config)
-            validate(typed)
-            check_memory(typed, resolve_device(typed.device))
-            if config.resume is None:  # a resumed run imports its own, stored target
-                activation = typed.activation
-                resolve_activation(activation.target, activation.params)
-                # Training never calls the surrogate; a typo in it still ends the command here.
-                surrogate_of(activation.surrogate, activation.params, "activation.surrogate")
+            if config.resume is None:  # a resumed run prepares from its own, stored config
+                STARTED.append(prepare(task_config(config)))
             check_writable("hydra.run.dir", config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -275,27 +275,29 @@ def task(cfg: DictConfig) -> float:
 def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) -> float:
     """One run, or a job of the sweep `plan` describes. Its outcome reaches stderr in one line
     (a sweep's job lines come from Lifecycle); a failure in a sweep is a result, recorded, and
-    the other jobs run."""
-    from reluexp.run import runner as train
+    the other jobs run. The stop policy is this entry point's: the first SIGINT or SIGTERM ends
+    the run at a step boundary, checkpointed; a second exits at once, except in a parallel
+    sweep's worker, which gets each stop twice (from the terminal's group and from its sweep)."""
+    from reluexp.run import runner
 
     run_dir = Path(hydra_config.runtime.output_dir)
     overrides = list(hydra_config.overrides.task)
     single = hydra_config.mode != RunMode.MULTIRUN
-    # A parallel sweep's worker may get a stop signal twice (the terminal's process group, its
-    # sweep): it still stops at a step boundary, checkpointed.
     worker = in_worker_processes(hydra_config)
     try:
-        if config.resume is not None or requeued(run_dir):
-            result = train.resume(run_dir, second_signal_exits=not worker)
-        else:
-            result = train.run(
-                config,
-                run_dir,
-                overrides=overrides,
-                varying=(plan and plan.varying) or frozenset(),
-                second_signal_exits=not worker,
-            )
-    except train.Interrupted as interrupted:
+        with StopSignals(second_exits=not worker) as stop:
+            if config.resume is not None or requeued(run_dir):
+                result = runner.resume(run_dir, stop=stop)
+            else:
+                result = runner.run(
+                    config,
+                    run_dir,
+                    overrides=overrides,
+                    prepared=STARTED.pop() if STARTED else None,
+                    stop=stop,
+                    varying=(plan and plan.varying) or frozenset(),
+                )
+    except runner.Interrupted as interrupted:
         print(closing_line(run_dir), file=sys.stderr)
         if interrupted.signum == signal.SIGUSR2:
             # SLURM's warning before a time limit or preemption: the run is checkpointed;

@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.reluexp_launcher import launchers
 from reluexp.config import Config, key_meanings
+from reluexp.sweeps.names import job_prefix
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
 # wheel finds them from any directory, and an editable install finds the repository's.
@@ -42,12 +43,8 @@ OmegaConf.register_new_resolver(
 )
 
 
-def job_number(num: int | str) -> str:
-    """A sweep job's directory prefix: zero-padded, so directories sort in job order."""
-    return f"{int(num):03d}"
-
-
-OmegaConf.register_new_resolver("job_number", job_number)
+# A sweep job's directory prefix (sweeps/names.py).
+OmegaConf.register_new_resolver("job_prefix", job_prefix)
 OmegaConf.register_new_resolver(
     "hydra_subdir",
     lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",

@@ -2,7 +2,7 @@
 
 import sys
 
-from reluexp.sweeps.report import main
+from reluexp.sweeps.report.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,7 +18,7 @@ import pytest
 from reluexp import cli
 from reluexp.config import Config
 from reluexp.record import progress
-from reluexp.run import runner as train
+from reluexp.run import runner
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow
@@ -258,13 +258,13 @@ def test_a_run_ends_with_one_closing_line(tmp_path):
 def test_progress_logs_plain_lines_when_not_a_terminal(tmp_path, caplog, monkeypatch):
     monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)
     with caplog.at_level(logging.INFO, logger="reluexp"):
-        train.run(Config(device="cpu", steps=5), tmp_path)
+        runner.run(Config(device="cpu", steps=5), tmp_path)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")]
     assert lines and lines[-1].startswith("progress: step 5/5 loss ")
     assert "steps/s ETA 0:00" in lines[-1]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="reluexp"):
-        train.run(Config(device="cpu", steps=5, quiet=True), tmp_path / "quiet")
+        runner.run(Config(device="cpu", steps=5, quiet=True), tmp_path / "quiet")
     assert not [r for r in caplog.records if r.getMessage().startswith("progress:")]
 
 

@@ -139,10 +139,10 @@ def help_training_examples() -> list[list[str]]:
 def test_every_help_example_trains(tmp_path, overrides):
     """--help's examples produce runs that learn: no vanished gradients, the loss falls."""
     from reluexp.record.events import read_scalars
-    from reluexp.run import runner as train
+    from reluexp.run import runner
 
     config = compose_config(*overrides, "steps=200", "device=cpu", "quiet=true")
-    train.run(config, tmp_path)
+    runner.run(config, tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["warnings"] == []
     losses = read_scalars(tmp_path, ["loss/train"])["loss/train"]

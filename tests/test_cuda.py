@@ -8,8 +8,7 @@ import torch
 
 from reluexp.config import Config
 from reluexp.record import metrics
-from reluexp.run import runner as train
-from reluexp.run import state
+from reluexp.run import losses, runner, state
 from tests.helpers import seed_loop
 
 pytestmark = [
@@ -30,7 +29,7 @@ def syncs_allowed():
 @pytest.mark.parametrize("activation", ["relu", "lean_relu"])
 def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
     """Every step runs with sync debug mode 'error'; only flushes and checkpoints may sync."""
-    forward, flush, save = train.forward, metrics.MetricStream.flush, state.save_checkpoint
+    forward, flush, save = losses.forward, metrics.MetricStream.flush, state.save_checkpoint
 
     def strict_forward(*args):
         torch.cuda.set_sync_debug_mode("error")  # from the first step on
@@ -43,7 +42,7 @@ def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
 
         return wrapped
 
-    monkeypatch.setattr(train, "forward", strict_forward)
+    monkeypatch.setattr(losses, "forward", strict_forward)
     monkeypatch.setattr(metrics.MetricStream, "flush", allowed(flush))
     monkeypatch.setattr(state, "save_checkpoint", allowed(save))
     config = Config(device="cuda", steps=300)
@@ -52,7 +51,7 @@ def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
         activation
     ]
     try:
-        final_loss = train.run(config, tmp_path).final_loss
+        final_loss = runner.run(config, tmp_path).final_loss
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert final_loss < 1e3
@@ -60,7 +59,7 @@ def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
 
 def test_cuda_run_starts_from_the_cpu_draw(tmp_path):
     """Data and weights are drawn on the CPU and moved: step 0's loss matches the CPU's closely."""
-    train.run(Config(device="cuda", steps=1), tmp_path)
+    runner.run(Config(device="cuda", steps=1), tmp_path)
     summary = (tmp_path / "summary.json").read_text()
     assert '"device": "cuda' in summary
     cpu_first = seed_loop(steps=1)[0]["loss"]

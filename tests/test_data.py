@@ -15,7 +15,8 @@ from reluexp.config import Config, ConfigError, DataName
 from reluexp.hydra_glue import compose_config, task_config
 from reluexp.record import progress
 from reluexp.record.events import read_scalars
-from reluexp.run import runner as train
+from reluexp.run import runner
+from reluexp.run.signals import StopSignals
 
 pytestmark = pytest.mark.compat
 
@@ -36,7 +37,7 @@ def test_digits_reach_a_held_out_accuracy_the_same_for_the_same_seed(tmp_path):
     for name, target in [("myrelu", "reluexp.functions.MyReLU"), ("relu", "torch.relu")]:
         config = digits_config()
         config.activation.name, config.activation.target = name, target
-        train.run(config, tmp_path / name)
+        runner.run(config, tmp_path / name)
         state = summary(tmp_path / name)
         assert state["status"] == "completed"
         accuracies[name] = state["val_accuracy"]
@@ -66,18 +67,18 @@ def interrupted_at(step: int, config: Config, run_dir, monkeypatch) -> None:
         update(self, reached)
 
     monkeypatch.setattr(progress.Progress, "update", signal_at)
-    with pytest.raises(train.Interrupted):
-        train.run(config, run_dir)
+    with pytest.raises(runner.Interrupted), StopSignals() as stop:
+        runner.run(config, run_dir, stop=stop)
     monkeypatch.setattr(progress.Progress, "update", update)
 
 
 def test_minibatches_resume_to_the_same_series(tmp_path, monkeypatch):
-    train.run(digits_config(steps=40), tmp_path / "whole")
+    runner.run(digits_config(steps=40), tmp_path / "whole")
     # The batches of epoch e are drawn from the seed and e only: a resumed run sees the batches
     # the uninterrupted one saw (27 batches an epoch: the resume is mid-epoch).
     interrupted_at(30, digits_config(steps=40), tmp_path / "split", monkeypatch)
     assert summary(tmp_path / "split")["steps_done"] == 30
-    train.resume(tmp_path / "split")
+    runner.resume(tmp_path / "split")
     tags = ["loss/train", "metric/accuracy_train", "loss/val", "metric/accuracy_val"]
     assert read_scalars(tmp_path / "whole", tags) == read_scalars(tmp_path / "split", tags)
 
@@ -102,7 +103,7 @@ def test_a_file_of_ones_own_classification_and_regression(tmp_path, suffix):
             )
         )
         config.device = "cpu"
-        train.run(config, tmp_path / task)
+        runner.run(config, tmp_path / task)
         state = summary(tmp_path / task)
         assert state["status"] == "completed", state
         if task == "classification":
@@ -139,7 +140,7 @@ def test_a_loader_of_ones_own_in_torchvisions_format(tmp_path):
         )
     )
     config.device = "cpu"
-    train.run(config, tmp_path)
+    runner.run(config, tmp_path)
     state = summary(tmp_path)
     assert state["status"] == "completed" and state["val_accuracy"] > 0.9
     assert state["config"]["data"]["name"] == DataName.callable.value
@@ -155,15 +156,15 @@ def test_data_mistakes_are_one_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", without_sklearn)
     with pytest.raises(ConfigError, match=r"pip install 'reluexp\[data\]'"):
-        train.run(digits_config(), tmp_path / "digits")
+        runner.run(digits_config(), tmp_path / "digits")
     monkeypatch.setattr(builtins, "__import__", real_import)
     config = digits_config(loss="squared_error")
     with pytest.raises(ConfigError, match="loss=squared_error: the data's targets are class"):
-        train.run(config, tmp_path / "loss")
+        runner.run(config, tmp_path / "loss")
     numpy.savez(tmp_path / "bad.npz", features=numpy.zeros((3, 2)))
     config = task_config(compose_config(["data=file", f"data.path={tmp_path / 'bad.npz'}"]))
     with pytest.raises(ConfigError, match="needs arrays named x and y"):
-        train.run(config, tmp_path / "file")
+        runner.run(config, tmp_path / "file")
 
 
 def prelu_config(target: str, **fields) -> Config:
@@ -175,8 +176,8 @@ def prelu_config(target: str, **fields) -> Config:
 
 
 def test_a_learnable_prelu_trains_like_the_builtin_and_its_slope_moves(tmp_path):
-    train.run(prelu_config("reluexp.functions.PReLU"), tmp_path / "custom")
-    train.run(prelu_config("torch.nn.PReLU"), tmp_path / "builtin")
+    runner.run(prelu_config("reluexp.functions.PReLU"), tmp_path / "custom")
+    runner.run(prelu_config("torch.nn.PReLU"), tmp_path / "builtin")
     tags = ["loss/train", "param/weight"]
     custom, builtin = (
         read_scalars(tmp_path / "custom", tags),
@@ -194,8 +195,8 @@ def test_a_learnable_prelu_trains_like_the_builtin_and_its_slope_moves(tmp_path)
 
 
 def test_a_learnable_activation_resumes_bit_for_bit(tmp_path, monkeypatch):
-    train.run(prelu_config("reluexp.functions.PReLU"), tmp_path / "whole")
+    runner.run(prelu_config("reluexp.functions.PReLU"), tmp_path / "whole")
     interrupted_at(100, prelu_config("reluexp.functions.PReLU"), tmp_path / "split", monkeypatch)
-    train.resume(tmp_path / "split")
+    runner.resume(tmp_path / "split")
     tags = ["loss/train", "param/weight"]
     assert read_scalars(tmp_path / "whole", tags) == read_scalars(tmp_path / "split", tags)

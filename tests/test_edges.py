@@ -21,10 +21,12 @@ from reluexp.cli import hydra_quoted_resume
 from reluexp.config import Config, ConfigError
 from reluexp.lab import command as check
 from reluexp.record.events import read_scalars
-from reluexp.run import runner as train
+from reluexp.run import runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
 from reluexp.run.rundir import hold_run
-from reluexp.sweeps import report
+from reluexp.sweeps.report.command import main as report_main
+from reluexp.sweeps.report.discovery import find_jobs
+from reluexp.sweeps.report.outputs import write_report
 from tests.helpers import REPO_ROOT, run_cli
 from tests.test_reliability import SMALL, STEPS, interrupted_run, small_config, summary
 
@@ -158,28 +160,28 @@ def test_a_run_started_with_its_output_streams_closed_completes(tmp_path):
 def test_a_dead_network_gets_warnings_and_a_healthy_one_none(tmp_path):
     dead = Config(device="cpu", steps=5)
     dead.model.hidden = [256, 128]  # --help's deeper example: randn weights kill layer 2
-    train.run(dead, tmp_path / "dead")
+    runner.run(dead, tmp_path / "dead")
     warnings = summary(tmp_path / "dead")["warnings"]
     assert [w.split(" from step")[0] for w in warnings] == [
         "gradients vanished",
         "hidden layer 2 dead",
     ]
     assert summary(tmp_path / "dead")["status"] == "completed"
-    train.run(Config(device="cpu", steps=5), tmp_path / "alive")
+    runner.run(Config(device="cpu", steps=5), tmp_path / "alive")
     assert summary(tmp_path / "alive")["warnings"] == []
 
 
 def test_a_run_that_barely_moves_warns_once_with_the_likely_cause(tmp_path):
     # The case: adam at the default lr=1e-6 moves the loss by about 0.3% in two steps.
     stalled = Config(device="cpu", steps=3, optimizer="adam")
-    train.run(stalled, tmp_path / "adam")
+    runner.run(stalled, tmp_path / "adam")
     record = summary(tmp_path / "adam")
     assert record["status"] == "completed"
     [warning] = record["warnings"]
     assert warning.startswith("loss barely moved from step 0: ")
     assert "lr=1e-06 is far below adam's usual range (0.0001 to 0.01)" in warning
     # Plain SGD at the same lr barely moves too, but no usual range is known: no cause named.
-    train.run(Config(device="cpu", steps=3, lr=1e-9), tmp_path / "sgd")
+    runner.run(Config(device="cpu", steps=3, lr=1e-9), tmp_path / "sgd")
     [warning] = summary(tmp_path / "sgd")["warnings"]
     assert warning.startswith("loss barely moved") and "usual range" not in warning
 
@@ -191,7 +193,7 @@ def fake_sweep(sweep_dir: Path, jobs: dict[str, Config | None]) -> None:
         (job_dir / ".hydra").mkdir(parents=True)
         (job_dir / ".hydra" / "overrides.yaml").write_text(f"- {overrides}\n")
         if config is not None:
-            train.run(config, job_dir, overrides=[overrides])
+            runner.run(config, job_dir, overrides=[overrides])
 
 
 def test_the_sweep_summary_shows_warnings(tmp_path):
@@ -199,7 +201,7 @@ def test_the_sweep_summary_shows_warnings(tmp_path):
     dead.model.hidden = [256, 128]
     dead.data.d_in = 1000
     fake_sweep(tmp_path, {"model.hidden=[256,128]": dead, "model.hidden=20": small_config(steps=3)})
-    report.write_report(tmp_path)
+    write_report(tmp_path)
     rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
     assert rows["model.hidden=[256,128]"]["jobs_with_warnings"] == "1"
     assert rows["model.hidden=20"]["jobs_with_warnings"] == "0"
@@ -211,7 +213,7 @@ def test_running_the_report_again_replaces_what_it_wrote_into_tensorboard(tmp_pa
     builtin.activation.name, builtin.activation.target = "relu", "torch.relu"
     fake_sweep(tmp_path, {"activation=myrelu": custom, "activation=relu": builtin})
     for _ in range(2):
-        report.write_report(tmp_path)
+        write_report(tmp_path)
     events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "tensors": 0})
     events.Reload()
     assert sorted(events.Tags()["images"]) == [
@@ -308,7 +310,7 @@ def test_a_signal_to_a_joblib_sweep_stops_every_job_resumably(tmp_path, signals,
         assert time.monotonic() < deadline, "workers outlived their sweep"
         time.sleep(0.1)
     (sweep_dir,) = multirun.iterdir()
-    jobs = report.find_jobs(sweep_dir)
+    jobs = find_jobs(sweep_dir)
     statuses = Counter(job.summary.status for job in jobs)
     # Every job listed; the two that ran are interrupted, checkpointed, and resume as pasted.
     assert len(jobs) == 40 and statuses["interrupted"] == 2, statuses
@@ -347,7 +349,7 @@ def test_a_job_that_trained_but_lost_its_summary_is_not_not_started(tmp_path):
         tmp_path, {"seed=1": small_config(steps=3), "seed=2": small_config(steps=3), "seed=3": None}
     )
     (tmp_path / "000_seed=1" / "summary.json").unlink()
-    jobs = {tuple(job.summary.overrides): job.summary for job in report.find_jobs(tmp_path)}
+    jobs = {tuple(job.summary.overrides): job.summary for job in find_jobs(tmp_path)}
     assert jobs[("seed=1",)].status == "unreadable"
     assert "no summary.json, but it trained" in jobs[("seed=1",)].error
     assert jobs[("seed=2",)].status == "completed"
@@ -365,7 +367,7 @@ def test_a_checkpoint_with_altered_bytes_is_refused(tmp_path):
     data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
     path.write_bytes(bytes(data))
     with pytest.raises(ConfigError, match=r"checkpoint.pt is corrupt: \S+ fails its CRC32 check"):
-        train.resume(run_dir)
+        runner.resume(run_dir)
 
 
 # 6. One bad job does not take the sweep summary down; an unwritable one is one line.
@@ -377,15 +379,15 @@ def test_report_lists_unreadable_jobs_and_reports_the_others(tmp_path, capsys):
     (tmp_path / "000_seed=1" / "summary.json").write_text("{not json")
     (tmp_path / "001_seed=2" / "summary.json").unlink()
     (tmp_path / "001_seed=2" / ".hydra" / "overrides.yaml").write_bytes(bytes(range(256)) * 4)
-    assert report.main([str(tmp_path)]) == 0
-    found = report.find_jobs(tmp_path)
+    assert report_main([str(tmp_path)]) == 0
+    found = find_jobs(tmp_path)
     statuses = sorted(job.summary.status for job in found)
     assert statuses == ["completed", "unreadable", "unreadable"]
     errors = " ".join(job.summary.error or "" for job in found)
     assert "summary.json: unreadable" in errors and ".hydra/overrides.yaml:" in errors
     (tmp_path / "summary.csv").unlink()
     (tmp_path / "summary.csv").mkdir()  # what root cannot write either
-    assert report.main([str(tmp_path)]) == 2
+    assert report_main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert (
         err == f"reluexp.report: error: {tmp_path / 'summary.csv'}: cannot write (Is a directory)"
@@ -410,10 +412,10 @@ def test_the_report_counts_the_sweeps_jobs_whatever_one_of_them_holds(tmp_path):
     damaged = json.loads((tmp_path / "001_seed=2" / "summary.json").read_text())
     damaged["overrides"] = "notalist"
     (tmp_path / "001_seed=2" / "summary.json").write_text(json.dumps(damaged))
-    report.write_report(tmp_path)
+    write_report(tmp_path)
     header = (tmp_path / "summary.md").read_text().splitlines()[2]
     assert header.startswith("4 jobs: completed: 3, unreadable: 1.")
-    (unreadable,) = [j for j in report.find_jobs(tmp_path) if j.summary.status == "unreadable"]
+    (unreadable,) = [j for j in find_jobs(tmp_path) if j.summary.status == "unreadable"]
     assert unreadable.summary.overrides == ["seed=2"]
     assert "overrides is 'notalist', not a list[str]" in unreadable.summary.error
     rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
@@ -423,7 +425,7 @@ def test_the_report_counts_the_sweeps_jobs_whatever_one_of_them_holds(tmp_path):
 def test_a_garbage_multirun_yaml_is_said_and_the_jobs_are_reported(tmp_path, capsys):
     four_job_sweep(tmp_path)
     (tmp_path / "multirun.yaml").write_bytes(b"hydra: [\x00\x01 {{ garbage")
-    assert report.main([str(tmp_path)]) == 0
+    assert report_main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "4 jobs: completed: 4." in out
     assert "Multirun.yaml is unreadable (" in out and "the jobs are those found" in out
@@ -438,8 +440,8 @@ def test_a_second_resume_of_a_run_in_use_is_refused(tmp_path):
         hold_run(run_dir),
         pytest.raises(ConfigError, match=rf"pid {os.getpid()}\) is training in it"),
     ):
-        train.resume(run_dir)
-    train.resume(run_dir)  # released: it resumes
+        runner.resume(run_dir)
+    runner.resume(run_dir)  # released: it resumes
     assert summary(run_dir)["status"] == "completed"
 
 
@@ -553,7 +555,7 @@ def test_sizes_that_cannot_fit_fail_before_allocating(tmp_path):
     config = small_config(steps=1)
     config.data.n = config.data.d_in = 10**9
     with pytest.raises(ConfigError, match=r"needs at least .* GiB on cpu"):
-        train.run(config, tmp_path)
+        runner.run(config, tmp_path)
 
 
 # 11. A run directory is data: resume never imports code from it.
@@ -575,7 +577,7 @@ def test_resume_never_imports_code_from_the_run_directory(tmp_path, monkeypatch)
     with pytest.raises(
         ConfigError, match="code in or beside a run directory, or in an outputs tree, is never"
     ):
-        train.resume(run_dir)
+        runner.resume(run_dir)
     assert not marker.exists()
 
 
@@ -600,7 +602,7 @@ def test_resume_runs_no_callable_the_user_did_not_choose(tmp_path, monkeypatch):
     run_dir = interrupted_run(tmp_path / "shared" / "run")
     forged_target(run_dir, "torch.save", {"f": str(victim)})
     with pytest.raises(ConfigError, match="a resumed run runs only a Function or Module class"):
-        train.resume(run_dir)
+        runner.resume(run_dir)
     assert victim.read_text() == "precious"
 
 
@@ -614,7 +616,7 @@ def test_resume_never_imports_a_module_beside_the_run_directory(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     forged_target(run_dir, "beside.relu", {})
     with pytest.raises(ConfigError, match="'beside' is in .*shared: code in or beside a run"):
-        train.resume(run_dir)
+        runner.resume(run_dir)
     assert not marker.exists()
 
 

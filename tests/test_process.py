@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from reluexp.run.process import StopSignals, job_environment
+from reluexp.run.process import job_environment
+from reluexp.run.signals import StopSignals
 
 
 def test_job_environment_puts_back_threads_rng_and_signal_handlers():

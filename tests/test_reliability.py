@@ -14,7 +14,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from reluexp.config import Config, ConfigError, config_from_dict
-from reluexp.run import runner as train
+from reluexp.run import losses as objectives
+from reluexp.run import runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
 from tests.helpers import run_cli
 
@@ -184,7 +185,7 @@ def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
 
     reference_dir = tmp_path / "uninterrupted"
     config = config_from_dict(stopped["config"])
-    final_loss = train.run(config, reference_dir).final_loss
+    final_loss = runner.run(config, reference_dir).final_loss
     assert losses(run_dir) == losses(reference_dir)
     assert resumed["final_loss"] == final_loss
     weights = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["weights"]
@@ -228,7 +229,7 @@ def small_config(**fields):
 
 
 def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
-    final_loss = train.run(small_config(steps=500, lr=10.0), tmp_path).final_loss
+    final_loss = runner.run(small_config(steps=500, lr=10.0), tmp_path).final_loss
     result = summary(tmp_path)
     assert result["status"] == "diverged"
     step = result["diverged_at_step"]
@@ -240,7 +241,7 @@ def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
 
 
 def test_divergence_can_be_recorded_and_trained_through(tmp_path):
-    train.run(small_config(steps=100, lr=10.0, stop_on_divergence=False), tmp_path)
+    runner.run(small_config(steps=100, lr=10.0, stop_on_divergence=False), tmp_path)
     result = summary(tmp_path)
     assert result["status"] == "diverged" and result["steps_done"] == 100
     assert len(losses(tmp_path)) == 100
@@ -256,7 +257,7 @@ def test_a_raising_activation_is_recorded_as_failed(tmp_path):
     config = small_config(steps=10)
     config.activation.target = "torch.Tensor.nonzero"  # wrong shape: the second matmul raises
     with pytest.raises(RuntimeError):
-        train.run(config, tmp_path)
+        runner.run(config, tmp_path)
     result = summary(tmp_path)
     assert result["status"] == "failed" and result["error"].startswith("RuntimeError:")
 
@@ -264,7 +265,7 @@ def test_a_raising_activation_is_recorded_as_failed(tmp_path):
 def interrupted_run(run_dir):
     """A run dir as a SIGINT leaves it: stopped before its last step, checkpoint written."""
     config = small_config(steps=20, checkpoint_every=10)
-    train.run(config, run_dir)
+    runner.run(config, run_dir)
     state = summary(run_dir)
     state["status"] = "interrupted"
     (run_dir / "summary.json").write_text(json.dumps(state))
@@ -286,7 +287,7 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
     checkpoint["payload"] = Payload(marker)
     torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
     with pytest.raises(ConfigError) as refused:
-        train.resume(run_dir)
+        runner.resume(run_dir)
     assert not marker.exists()
     assert str(refused.value) == (
         f"resume={run_dir}: checkpoint.pt refused: it names code (posix.system); nothing in it ran"
@@ -316,7 +317,7 @@ def test_a_checkpoint_that_makes_no_sense_is_refused_before_training(
     torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
     before = summary(run_dir)
     with pytest.raises(ConfigError, match=re.escape(f"checkpoint.pt's {message}")):
-        train.resume(run_dir)
+        runner.resume(run_dir)
     assert summary(run_dir) == before
 
 
@@ -325,22 +326,22 @@ def test_truncated_checkpoint_is_refused(tmp_path):
     path = run_dir / CHECKPOINT_NAME
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(ConfigError, match="checkpoint.pt is unreadable, truncated or corrupt"):
-        train.resume(run_dir)
+        runner.resume(run_dir)
 
 
 def test_checkpoint_of_another_config_is_refused(tmp_path):
     run_dir = interrupted_run(tmp_path / "run")
     other = tmp_path / "other"
-    train.run(small_config(steps=20, lr=1e-5), other)
+    runner.run(small_config(steps=20, lr=1e-5), other)
     (other / CHECKPOINT_NAME).replace(run_dir / CHECKPOINT_NAME)
     with pytest.raises(ConfigError, match="checkpoint.pt was written by another config"):
-        train.resume(run_dir)
+        runner.resume(run_dir)
 
 
 def test_resuming_a_completed_run_does_nothing(tmp_path):
-    final_loss = train.run(small_config(steps=5), tmp_path).final_loss
+    final_loss = runner.run(small_config(steps=5), tmp_path).final_loss
     before = (tmp_path / "summary.json").read_text()
-    assert train.resume(tmp_path).final_loss == final_loss
+    assert runner.resume(tmp_path).final_loss == final_loss
     assert (tmp_path / "summary.json").read_text() == before
 
 
@@ -351,9 +352,9 @@ def test_summary_is_written_before_the_first_step(tmp_path, monkeypatch):
         seen.setdefault("status", summary(tmp_path)["status"])
         return original(*args)
 
-    original = train.forward
-    monkeypatch.setattr(train, "forward", forward_spy)
-    train.run(small_config(steps=2), tmp_path)
+    original = objectives.forward
+    monkeypatch.setattr(objectives, "forward", forward_spy)
+    runner.run(small_config(steps=2), tmp_path)
     assert seen["status"] == "running"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from reluexp.config import config_from_dict
-from reluexp.run import runner as train
+from reluexp.run import runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
 from tests.helpers import REPO_ROOT
 from tests.test_reliability import SMALL, STEPS, losses
@@ -267,5 +267,5 @@ def test_sigusr2_requeues_the_job_and_it_resumes_bit_for_bit(slurm_env, tmp_path
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2
     config = config_from_dict(summary["config"])
     config.threads = summary["threads"]
-    train.run(config, tmp_path / "uninterrupted")
+    runner.run(config, tmp_path / "uninterrupted")
     assert losses(run_dir) == losses(tmp_path / "uninterrupted")

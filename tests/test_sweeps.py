@@ -5,20 +5,22 @@ import json
 import math
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 import torch
 
 from reluexp.hydra_glue import compose_config
 from reluexp.record.events import read_scalars
 from reluexp.record.summary import RunSummary
-from reluexp.sweeps import report
-from reluexp.sweeps.workers import command_line
+from reluexp.sweeps.report.command import main as report_main
+from reluexp.sweeps.report.discovery import Job
+from reluexp.sweeps.report.outputs import write_report
+from reluexp.sweeps.report.statistics import Group, paired
 from tests.helpers import run_cli
 from tests.test_config import EXPERIMENTS
 
@@ -171,9 +173,9 @@ def test_report_on_a_partial_sweep(basic_sweep, tmp_path):
 
 
 def test_report_refuses_what_is_not_a_sweep(tmp_path, capsys):
-    assert report.main([str(tmp_path / "missing")]) == 2
+    assert report_main([str(tmp_path / "missing")]) == 2
     assert "not a directory" in capsys.readouterr().err
-    assert report.main([str(tmp_path)]) == 2
+    assert report_main([str(tmp_path)]) == 2
     assert "no job directories" in capsys.readouterr().err
 
 
@@ -218,7 +220,7 @@ def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
         config.activation.name, config.activation.target = name, target
         configs[f"activation={name}"] = config
     fake_sweep(tmp_path, configs)
-    report.write_report(tmp_path)
+    write_report(tmp_path)
     (custom_dir,) = tmp_path.glob("000_*")
     gap_tag = "loss_gap_log10/activation=myrelu"
     stored = read_scalars(custom_dir, [gap_tag, FINAL_LOSS_VS_REFERENCE])
@@ -243,13 +245,12 @@ def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
     ).is_file()
 
 
-def submit_processes():
-    """The pids of submitit's job processes (`python -m submitit.core._submit ...`)."""
-    pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    return [pid for pid in pids if "submitit.core._submit" in command_line(pid)]
+def submit_processes(sweep: subprocess.Popen) -> list[psutil.Process]:
+    """submitit's job processes (`python -m submitit.core._submit ...`) the sweep started."""
+    below = psutil.Process(sweep.pid).children(recursive=True)
+    return [p for p in below if "submitit.core._submit" in " ".join(p.cmdline())]
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_a_killed_submitit_local_job_is_a_failed_job_and_the_sweep_ends(tmp_path):
     command = [sys.executable, "-m", "reluexp", "-m", "hydra/launcher=submitit_local"]
     command += ["seed=0,1,2", "steps=30000", "device=cpu", "threads=1"]
@@ -265,7 +266,8 @@ def test_a_killed_submitit_local_job_is_a_failed_job_and_the_sweep_ends(tmp_path
             if started == ["running"] * 3:
                 break
             time.sleep(0.2)
-        os.kill(submit_processes()[0], signal.SIGKILL)
+        jobs = submit_processes(process)
+        jobs[0].kill()
         _, stderr = process.communicate(timeout=600)
     finally:
         process.kill()
@@ -277,15 +279,15 @@ def test_a_killed_submitit_local_job_is_a_failed_job_and_the_sweep_ends(tmp_path
     assert failed["error"] == "its process ended without a result (killed, or out of memory)"
     assert "3 jobs: completed: 2, failed: 1" in (sweep_dir / "summary.md").read_text()
     assert "failed: its process ended without a result" in stderr
-    assert submit_processes() == []
+    assert not any(job.is_running() and job.status() != psutil.STATUS_ZOMBIE for job in jobs)
 
 
-def paired_group(custom: list[float], reference: list[float], metric: str) -> report.Group:
+def paired_group(custom: list[float], reference: list[float], metric: str) -> Group:
     """A custom group whose jobs pair with reference jobs of the same seeds."""
-    group = report.Group("activation=custom")
+    group = Group("activation=custom")
     for seed, (mine, theirs) in enumerate(zip(custom, reference)):
         jobs = [
-            report.Job(None, RunSummary(status="completed", seed=seed, **{metric: value}))
+            Job(None, RunSummary(status="completed", seed=seed, **{metric: value}))
             for value in (mine, theirs)
         ]
         group.jobs.append(jobs[0])
@@ -298,7 +300,7 @@ def test_the_paired_comparison_is_a_t_interval_over_seeds():
     worse = paired_group(
         [0.91, 0.90, 0.92, 0.91, 0.90], [0.94, 0.93, 0.94, 0.93, 0.93], "val_accuracy"
     )
-    comparison = report.paired(worse)
+    comparison = paired(worse)
     differences = [-0.03, -0.03, -0.02, -0.02, -0.03]
     assert comparison.metric == "val_accuracy"
     assert comparison.differences == pytest.approx(differences)
@@ -307,9 +309,9 @@ def test_the_paired_comparison_is_a_t_interval_over_seeds():
     assert comparison.half_width == pytest.approx(half_width)
     assert comparison.verdict == "custom worse by 2.6% ± 0.68% accuracy over 5 seeds"
     alike = paired_group([0.95, 0.93, 0.96], [0.94, 0.94, 0.95], "val_accuracy")
-    assert report.paired(alike).verdict == "no difference detected over 3 seeds"
+    assert paired(alike).verdict == "no difference detected over 3 seeds"
     # Without a validation split: the final loss, relative to the reference's.
     losses = paired_group([1.1, 2.2], [1.0, 2.0], "final_loss")
-    comparison = report.paired(losses)
+    comparison = paired(losses)
     assert comparison.differences == pytest.approx([0.1, 0.1])
     assert comparison.verdict == "custom worse by 10% ± 0% final loss over 2 seeds"

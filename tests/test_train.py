@@ -2,20 +2,15 @@
 
 import json
 import math
-import re
-import subprocess
-import sys
 
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from reluexp.config import Config, ConfigError
-from reluexp.record.metrics import MetricStream
+from reluexp.record.metrics import MetricRow, MetricStream
 from reluexp.record.tags import streamed
-from reluexp.run import fused
-from reluexp.run import runner as train
-from reluexp.run.checkpoint import load_checkpoint
+from reluexp.run import losses, runner
 from reluexp.run.update import WeightUpdate
 from tests.helpers import SeedRelu, run_cli, seed_loop
 
@@ -51,7 +46,7 @@ def test_default_command_prints_the_seed_losses_bit_for_bit(tmp_path, reference)
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
-    final_loss = train.run(Config(device="cpu"), run_dir, overrides=["device=cpu"]).final_loss
+    final_loss = runner.run(Config(device="cpu"), run_dir, overrides=["device=cpu"]).final_loss
     return run_dir, final_loss
 
 
@@ -120,7 +115,7 @@ def test_builtin_relu_matches_the_seed_loop_with_torch_relu(tmp_path):
     reference = seed_loop(relu=torch.relu, steps=steps)
     config = Config(device="cpu", steps=steps)
     config.activation.name, config.activation.target = "relu", "torch.relu"
-    train.run(config, tmp_path)
+    runner.run(config, tmp_path)
     assert [v for _, v in scalars(tmp_path)["loss/train"]] == [r["loss"] for r in reference]
 
 
@@ -137,7 +132,7 @@ def test_myrelu_and_relu_part_after_an_exact_zero(reference):
 def test_deeper_mlp_logs_a_norm_per_weight(tmp_path):
     config = Config(device="cpu", steps=5, lr=1e-8)
     config.model.hidden = [32, 16]
-    train.run(config, tmp_path)
+    runner.run(config, tmp_path)
     tags = set(scalars(tmp_path))
     assert {"norm/grad_w1", "norm/grad_w2", "norm/grad_w3", "norm/weight_w3"} <= tags
 
@@ -145,7 +140,7 @@ def test_deeper_mlp_logs_a_norm_per_weight(tmp_path):
 def test_float64_starts_from_the_same_draw(tmp_path):
     steps = 3
     config = Config(device="cpu", steps=steps, dtype="float64")
-    final64 = train.run(config, tmp_path / "f64").final_loss
+    final64 = runner.run(config, tmp_path / "f64").final_loss
     reference = seed_loop(steps=steps)
     assert final64 == pytest.approx(reference[-1]["loss"], rel=1e-4)
     assert final64 != reference[-1]["loss"]
@@ -153,7 +148,7 @@ def test_float64_starts_from_the_same_draw(tmp_path):
 
 def test_log_every_records_every_nth_step_and_the_last(tmp_path):
     config = Config(device="cpu", steps=10, log_every=4)
-    train.run(config, tmp_path)
+    runner.run(config, tmp_path)
     assert [step for step, _ in scalars(tmp_path)["loss/train"]] == [0, 4, 8, 9]
 
 
@@ -161,7 +156,7 @@ def test_missing_device_is_an_error_not_a_fallback(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("CUDA is present")
     with pytest.raises(ConfigError, match="device='cuda': CUDA is not available"):
-        train.run(Config(device="cuda"), tmp_path)
+        runner.run(Config(device="cuda"), tmp_path)
     assert not (tmp_path / "summary.json").exists()
 
 
@@ -174,7 +169,7 @@ def test_the_hidden_layers_leave_the_loss_computation_detached():
     # added in the compiled backward, every step.
     x, y = torch.randn(4, 6), torch.randn(4, 2)
     weights = [torch.randn(6, 5, requires_grad=True), torch.randn(5, 2, requires_grad=True)]
-    loss, hidden, _ = train.squared_error(x, y, weights, torch.relu, [])
+    loss, hidden, _ = losses.squared_error(x, y, weights, torch.relu, [])
     assert loss.requires_grad
     assert [(pre.requires_grad, post.requires_grad) for pre, post in hidden] == [(False, False)]
 
@@ -182,38 +177,29 @@ def test_the_hidden_layers_leave_the_loss_computation_detached():
 @pytest.mark.slow
 def test_compile_keeps_the_reference_numbers_within_float_rounding(tmp_path):
     steps = 60
-    train.run(Config(device="cpu", steps=steps, compile=True), tmp_path)
+    runner.run(Config(device="cpu", steps=steps, compile=True), tmp_path)
     compiled = [v for _, v in scalars(tmp_path)["loss/train"]]
     eager = [r["loss"] for r in seed_loop(steps=steps)]
     # Fused kernels may sum in another order: the losses agree to float32 rounding, not bits.
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["fused kernel", "torch ops"])
-def test_a_row_counts_dead_units_zeros_and_norms_the_same_with_the_kernel_or_torch(
-    kernel, monkeypatch
-):
-    if fused._fused is None:
-        pytest.fail("reluexp._fused was not built: is a C compiler installed?")
-    if not kernel:
-        monkeypatch.setattr(fused, "_fused", None)
+def test_a_row_counts_dead_units_zeros_and_norms():
     # Units: always 0 (dead), 0 or negative (alive, as a leaky unit), mixed (alive), -0.0
     # (dead), NaN in one example (alive: a diverging run's units are not reported dead).
     nan = math.nan
     post = torch.tensor([[0.0, 0.0, 0.0, -0.0, 1.0], [0.0, -0.1, 2.0, 0.0, nan]])
     pre = torch.tensor([[0.0, -5.0, -1.0, -0.0, 1.0], [-3.0, -1.0, 2.0, -2.0, nan]])
-    # 203 elements: the kernel's vector loop and its scalar tail.
     weights = [torch.ones(29, 7, requires_grad=True), torch.ones(5, 1, requires_grad=True)]
     weights[0].grad, weights[1].grad = torch.full((29, 7), 2.0), torch.zeros(5, 1)
-    stream = MetricStream(batch=2, widths=[5], weights=weights)
-    update = WeightUpdate(weights, None, 0.25, kernel_blocks=stream.kernel_blocks)
-    assert (stream.kernel_blocks is not None) == bool(update.fused_weights) == kernel
-    row = stream.next_row()
+    stream = MetricStream(batch=2, widths=[5], num_weights=2, param_sizes={})
+    update = WeightUpdate(Config(lr=0.25), weights, [], [])
+    row = MetricRow()
     # post laid out column by column (an activation may return any strides).
     row.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T)])
     with torch.no_grad():
         update(row)
-    stream.end_row(step=0)
+    stream.end_row(0, row)
     block = stream.flush()
     assert block.steps == [0]
     assert block.live_units == [[3]]
@@ -221,7 +207,7 @@ def test_a_row_counts_dead_units_zeros_and_norms_the_same_with_the_kernel_or_tor
     assert row["loss/train"] == 1.5
     assert row["units/dead_fraction"] == 0.4
     assert row["units/exact_zeros"] == 2
-    # Norms in double: exact here, as both paths compute them.
+    # Squares summed in float32: exact here.
     assert row["norm/grad_w1"] == math.sqrt(4 * 203)
     assert row["norm/grad_total"] == math.sqrt(4 * 203)
     # The seed's update: 1 - 0.25 * 2 = 0.5 everywhere; the gradients are dropped.
@@ -229,115 +215,3 @@ def test_a_row_counts_dead_units_zeros_and_norms_the_same_with_the_kernel_or_tor
     assert row["norm/weight_w1"] == math.sqrt(0.25 * 203)
     assert weights[0].grad is None and weights[1].grad is None
     assert stream.flush().steps == []
-
-
-def kernel_blocks(rows: int = 4, widths: tuple[int, ...] = (3,)) -> fused.Blocks:
-    """A metric stream's blocks for two weights and the given hidden widths."""
-    exact = {"dtype": torch.float64}
-    return fused.Blocks(
-        torch.zeros(rows, 1 + len(widths), **exact),
-        torch.zeros(rows, 4, **exact),
-        torch.zeros(rows, sum(widths)),
-        torch.zeros(rows, sum(widths)),
-        list(widths),
-    )
-
-
-@pytest.mark.parametrize(
-    ("call", "message"),
-    [
-        (lambda b: fused.Weight(torch.ones(8, 8).double(), b, 0), "w must be a contiguous"),
-        (lambda b: fused.Weight(torch.ones(8, 8).t(), b, 0), "w must be a contiguous"),
-        (lambda b: fused.Weight(b.tensors["unit_max"], b, 0), "w overlaps a metric block"),
-        (
-            lambda b: fused.Weight(torch.ones(8, 8), b, 0).update_with_norms(
-                torch.ones(8, 8).double(), 0.1, 0
-            ),
-            "grad must be a contiguous torch.float32",
-        ),
-        (
-            lambda b: fused.Weight(torch.ones(8, 8), b, 0).update_with_norms(
-                torch.ones(8, 8).t(), 0.1, 0
-            ),
-            "grad must be a contiguous torch.float32",
-        ),
-        (
-            lambda b: fused.Weight(torch.ones(8, 8), b, 0).update_with_norms(
-                torch.ones(10), 0.1, 0
-            ),
-            "grad has 10 elements, 64 expected",
-        ),
-        (
-            lambda b: (w := torch.ones(8, 8), fused.Weight(w, b, 0).update_with_norms(w, 0.1, 0)),
-            "w overlaps grad",
-        ),
-        (
-            lambda b: fused.Weight(torch.ones(8, 8), b, 0).update_with_norms(
-                torch.ones(8, 8), 0.1, 4
-            ),
-            "row 4 of 4",
-        ),
-        (lambda b: fused.Weight(torch.ones(8, 8), b, 2), "weight 2 of 2"),
-        (
-            lambda b: fused.layer_counts(torch.ones(4, 3), torch.ones(2, 3), b, 0, 0),
-            "pre and post must be one (rows, 3) shape",
-        ),
-        (
-            lambda b: fused.layer_counts(b.tensors["unit_max"], b.tensors["unit_max"], b, 0, 0),
-            "pre overlaps a block it would write",
-        ),
-        (
-            lambda b: fused.layer_counts(torch.ones(2, 3), torch.ones(2, 3), b, 0, 1),
-            "pre and post must be one (rows, -1) shape",
-        ),
-    ],
-)
-def test_the_kernel_refuses_what_it_cannot_safely_touch(call, message):
-    if fused._fused is None:
-        pytest.fail("reluexp._fused was not built: is a C compiler installed?")
-    with pytest.raises(ValueError, match=re.escape(message)):
-        call(kernel_blocks())
-
-
-def test_the_kernel_refuses_blocks_that_overlap_and_a_weight_that_moved():
-    if fused._fused is None:
-        pytest.fail("reluexp._fused was not built: is a C compiler installed?")
-    shared = torch.zeros(4, 6)
-    exact = {"dtype": torch.float64}
-    with pytest.raises(ValueError, match="unit_min overlaps another block"):
-        fused.Blocks(torch.zeros(4, 2, **exact), torch.zeros(4, 4, **exact), shared, shared, [6])
-    blocks = kernel_blocks()
-    w = torch.ones(2, 2)
-    weight = fused.Weight(w, blocks, 0)
-    w.set_(torch.ones(2, 2).untyped_storage())
-    with pytest.raises(ValueError, match="w's storage changed"):
-        weight.update_with_norms(torch.ones(2, 2), 0.1, 0)
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/maps")
-def test_the_fused_kernel_runs_on_torchs_openmp_runtime_not_a_second_one():
-    # Two runtimes would mean two thread teams spinning on the same cores.
-    script = (
-        "import re, reluexp.run.fused as f\n"
-        "assert f._fused\n"
-        "print(*set(re.findall(r'\\S*libgomp\\S*', open('/proc/self/maps').read())))"
-    )
-    libraries = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert len(libraries) == 1 and "torch" in libraries[0], libraries
-
-
-def test_the_fused_kernel_streams_bit_for_bit_what_the_torch_ops_stream(tmp_path, monkeypatch):
-    if fused._fused is None:
-        pytest.fail("reluexp._fused was not built: is a C compiler installed?")
-    config = Config(device="cpu", steps=300, checkpoint_every=0)
-    train.run(config, tmp_path / "fused")
-    monkeypatch.setattr(fused, "_fused", None)
-    train.run(config, tmp_path / "torch")
-    with_kernel, plain = scalars(tmp_path / "fused"), scalars(tmp_path / "torch")
-    assert with_kernel.keys() == plain.keys()
-    for tag in with_kernel:
-        assert with_kernel[tag] == plain[tag], tag
-    weights = [load_checkpoint(tmp_path / run)["weights"] for run in ("fused", "torch")]
-    assert all(torch.equal(a, b) for a, b in zip(*weights))

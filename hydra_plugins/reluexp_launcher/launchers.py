@@ -30,9 +30,11 @@ def launch(
 if submitit_launcher is not None:
 
     class LocalLauncher(submitit_launcher.LocalLauncher):
+        cluster = "local"  # submitit's executor
         launch = launch
 
     class SlurmLauncher(submitit_launcher.SlurmLauncher):
+        cluster = "slurm"
         launch = launch
 
     @dataclass

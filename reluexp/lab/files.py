@@ -2,7 +2,6 @@
 check.md (the table, and a lab error's traceback), check.png (the Function, its oracle and its
 reference over the tested range) and the same picture and table in TensorBoard."""
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,7 @@ from reluexp.lab.cases import KINK_RANGE, Kink
 from reluexp.lab.findings import Report
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
-from reluexp.record import tags
-from reluexp.record.events import write_derived
+from reluexp.record.events import loss_gap_series, write_derived
 from reluexp.record.summary import write_json_atomic
 
 
@@ -38,7 +36,7 @@ def curves(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> dict[str, tor
     return found
 
 
-def plot(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str, path: Path) -> None:
+def draw_check(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str, path: Path) -> None:
     """Forward above, backward below: the Function's, its oracle's (the derivative it is judged
     against) and the reference's, kinks as dotted lines, the largest backward difference from
     the oracle marked."""
@@ -113,18 +111,14 @@ def write_report(
     start = time.perf_counter()
     if oracle is not None:
         try:
-            plot(subject, oracle, kinks, report.verdict(), directory / "check.png")
+            draw_check(subject, oracle, kinks, report.verdict(), directory / "check.png")
             images["check/functions"] = (directory / "check.png").read_bytes()
         except Exception as error:  # a Function the plot cannot evaluate: the report stands
             problems.append(f"(no check.png: {autograd_message(raised(error), subject.name)})")
     report.facts.setdefault("seconds", {})["picture"] = time.perf_counter() - start
     write_json_atomic(directory / "check.json", payload | {"seconds": report.facts["seconds"]})
     gap = report.facts.get("training", {}).get("float32 reference", {}).get("gap", [])
-    series = {
-        tags.loss_gap(report.name): {
-            step: math.log10(abs(v)) if v else tags.IDENTICAL_LOG10 for step, v in enumerate(gap)
-        }
-    }
+    series = loss_gap_series(report.name, dict(enumerate(gap)))
     # The picture and the table in TensorBoard too, in the check directory's own run.
     write_derived(directory, "check", series, images=images, texts={"check/report": markdown})
     return problems

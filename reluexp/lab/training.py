@@ -21,7 +21,7 @@ from reluexp.lab.checks import Probe
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
-from reluexp.run import runner as train
+from reluexp.run import runner
 from reluexp.run.state import build_state, seeded_data
 
 # A wrong backward parts the float64 pair at the first update; more steps decide no better.
@@ -39,7 +39,7 @@ PARTING = {torch.float64: 1e-10, torch.float32: 1e-5}
 class Side:
     """One training run of the check."""
 
-    result: train.RunResult
+    result: runner.RunResult
 
     @property
     def losses(self) -> list[float]:
@@ -67,12 +67,12 @@ def train_side(config: Config, activation: Activation, dtype: str, steps: int) -
     side.dtype, side.steps, side.log_every, side.quiet = Dtype(dtype), steps, 1, True
     side.checkpoint_every = 0
     try:
-        return Side(train.run(side, activation=activation))
+        return Side(runner.run(side, activation=activation))
     except Exception as error:
         raise UserError(raised(error)) from error
 
 
-def parting(target: Side, other: Side) -> dict[str, Any]:
+def where_they_part(target: Side, other: Side) -> dict[str, Any]:
     """Where two finite loss series part, whether an exact zero came just before, how far apart
     they get (relative)."""
     a_losses, b_losses = target.losses, other.losses
@@ -165,7 +165,7 @@ def deciding_pair(
             facts,
             function,
         )
-    facts |= parting(function, twin)
+    facts |= where_they_part(function, twin)
     first, at_parting = facts["first_parting_step"], facts["relative_difference_at_parting"]
     limit = PARTING.get(probe.float64_computed_in, PARTING[torch.float32])
     # Rounding shows where the runs first part as a difference of ~1e-16 (however far a chaotic
@@ -254,7 +254,7 @@ def reference_pair(
             "function_diverged_at": function32.diverged_at,
             "reference_diverged_at": reference.diverged_at,
         }
-    facts = parting(function32, reference)
+    facts = where_they_part(function32, reference)
     first = facts["first_parting_step"]
     zeros = facts["exact_zeros_before_parting"]
     if first is None:

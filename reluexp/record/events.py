@@ -26,7 +26,6 @@ from reluexp.record.tags import (
     HPARAM_METRICS,
     IDENTICAL_LOG10,
     LAYOUT,
-    LOSS,
     Chart,
     loss_gap,
 )
@@ -337,18 +336,11 @@ def write_derived(
         shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
-def write_loss_difference(run_dir: Path, reference_dir: Path, group: str) -> dict[int, float]:
-    """The run's per-step loss relative to its reference run's, (loss - ref) / |ref|, returned,
-    and written into the run: log10 of its magnitude under tags.loss_gap(group) (IDENTICAL_LOG10
-    where the two are equal), and the final step's, signed, as the HParams metric
-    FINAL_LOSS_VS_REFERENCE."""
-    loss = read_scalars(run_dir, [LOSS])[LOSS]
-    reference = read_scalars(reference_dir, [LOSS])[LOSS]
-    difference = {
-        step: (loss[step] - value) / abs(value)
-        for step, value in reference.items()
-        if step in loss and value != 0 and math.isfinite(value) and math.isfinite(loss[step])
-    }
+def loss_gap_series(group: str, difference: dict[int, float]) -> dict[str, dict[int, float]]:
+    """A run's per-step loss relative to its reference run's, (loss - ref) / |ref|, as the
+    series a report writes into the run: log10 of its magnitude under tags.loss_gap(group)
+    (IDENTICAL_LOG10 where the two are equal), and the last step's, signed, as the HParams
+    metric FINAL_LOSS_VS_REFERENCE."""
     gap_log10 = {
         step: math.log10(abs(gap)) if gap else IDENTICAL_LOG10 for step, gap in difference.items()
     }
@@ -356,5 +348,4 @@ def write_loss_difference(run_dir: Path, reference_dir: Path, group: str) -> dic
     if difference:
         last = max(difference)
         series[FINAL_LOSS_VS_REFERENCE] = {last: difference[last]}
-    write_derived(run_dir, "difference", series)
-    return difference
+    return series

@@ -11,8 +11,10 @@ from datetime import datetime, timezone
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from types import UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, get_type_hints
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
 
@@ -29,23 +31,6 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def fits(value: Any, hint: Any) -> bool:
-    """value has the type a RunSummary field declares (a JSON number may be an int)."""
-    if get_origin(hint) in (Union, UnionType):
-        return any(fits(value, option) for option in get_args(hint))
-    if hint is type(None):
-        return value is None
-    if get_origin(hint) is list:
-        (item,) = get_args(hint)
-        return isinstance(value, list) and all(fits(v, item) for v in value)
-    if get_origin(hint) is dict:
-        return isinstance(value, dict)
-    if hint in (int, float):
-        numbers = (int, float) if hint is float else (int,)
-        return isinstance(value, numbers) and not isinstance(value, bool)
-    return isinstance(value, hint)
 
 
 class SummaryError(ValueError):
@@ -104,12 +89,14 @@ class RunSummary:
             raise SummaryError(f"{path}: unreadable ({error})") from None
         if not isinstance(values, dict) or "status" not in values:
             raise SummaryError(f"{path}: not a reluexp summary")
-        hints = get_type_hints(cls)
-        known = {f.name for f in fields(cls)}
-        for key, value in values.items():
-            if key in known and not fits(value, hints[key]):
-                raise SummaryError(f"{path}: {key} is {value!r}, not a {hints[key]}")
-        return cls(**{k: v for k, v in values.items() if k in known})
+        known = {k: v for k, v in values.items() if k in {f.name for f in fields(cls)}}
+        # Its types checked as every config's are: by OmegaConf, against the dataclass.
+        try:
+            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), known))
+        except OmegaConfBaseException as error:
+            key = error.full_key
+            hint = get_type_hints(cls).get(key, "")
+            raise SummaryError(f"{path}: {key} is {known.get(key)!r}, not a {hint}") from None
 
     @property
     def ended(self) -> bool:

@@ -15,7 +15,7 @@ from reluexp.functions.targets import Activation
 from reluexp.run.checkpoint import save_checkpoint
 from reluexp.run.data import Dataset, load_data
 from reluexp.run.model import init_weights
-from reluexp.run.update import make_optimizer
+from reluexp.run.update import WeightUpdate
 
 log = logging.getLogger("reluexp")
 
@@ -23,13 +23,13 @@ log = logging.getLogger("reluexp")
 @dataclass
 class RunState:
     """What a run needs to go on: the weights, the activation's own parameters (a Module's,
-    trained with them), the optimizer, and what the run has seen so far."""
+    trained with them), their update, and what the run has seen so far."""
 
     weights: list[torch.Tensor]
     # One per layer with model.bias, else none.
     biases: list[torch.Tensor]
     activation_params: dict[str, torch.Tensor]
-    optimizer: torch.optim.Optimizer | None
+    update: WeightUpdate
     step: int = 0
     min_loss: float = math.inf
     final_loss: float = math.nan
@@ -82,10 +82,8 @@ def build_state(
         if checkpoint is not None:
             activation.load_state_dict(checkpoint.get("activation", {}))
         activation_params = dict(activation.named_parameters())
-    optimizer = make_optimizer(config, [*weights, *biases, *activation_params.values()])
-    state = RunState(
-        weights, biases, activation_params, optimizer, segment_start=time.perf_counter()
-    )
+    update = WeightUpdate(config, weights, biases, list(activation_params.values()))
+    state = RunState(weights, biases, activation_params, update, segment_start=time.perf_counter())
     if checkpoint is not None:
         state.step = checkpoint["step"]
         state.min_loss = checkpoint["min_loss"]
@@ -94,8 +92,7 @@ def build_state(
         state.steps_with_exact_zeros = checkpoint.get("steps_with_exact_zeros", 0)
         state.evaluation = dict(checkpoint.get("evaluation", {}))
         state.earlier_wall_time_s = checkpoint["wall_time_s"]
-        if state.optimizer is not None:
-            state.optimizer.load_state_dict(checkpoint["optimizer"])
+        state.update.load_state_dict(checkpoint["optimizer"])
         torch.set_rng_state(checkpoint["rng_cpu"])
         if torch.cuda.is_available() and checkpoint["rng_cuda"]:
             torch.cuda.set_rng_state_all(checkpoint["rng_cuda"])
@@ -111,7 +108,7 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
             "weights": [w.detach() for w in state.weights],
             "biases": [b.detach() for b in state.biases],
             "activation": {name: p.detach() for name, p in state.activation_params.items()},
-            "optimizer": state.optimizer.state_dict() if state.optimizer is not None else {},
+            "optimizer": state.update.state_dict(),
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "config": config_dict(config),

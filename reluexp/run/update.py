@@ -1,61 +1,49 @@
-"""How the weights move each step: the seed's `w -= lr * w.grad`, or a torch.optim optimizer."""
+"""How the weights move each step, built in one place: the seed's `w -= lr * w.grad`, or a
+torch.optim optimizer."""
+
+from typing import Any
 
 import torch
 
 from reluexp.config import Config, Optimizer
 from reluexp.record.metrics import MetricRow
-from reluexp.run import fused
-
-
-def make_optimizer(config: Config, weights: list[torch.Tensor]) -> torch.optim.Optimizer | None:
-    """None for the seed's manual update, which WeightUpdate applies itself."""
-    if config.optimizer == Optimizer.sgd:
-        return torch.optim.SGD(weights, lr=config.lr)
-    if config.optimizer == Optimizer.adam:
-        return torch.optim.Adam(weights, lr=config.lr)
-    return None
 
 
 class WeightUpdate:
-    """A step's update. A recorded step's gradient norms are taken before it (it consumes the
-    gradients) and its weight norms after it; on a float32 CPU run with the fused kernel built,
-    the seed's update takes both in its own pass over each weight."""
+    """A step's update of the weights and of what is trained beside them (biases, the
+    activation's own parameters). A recorded step's gradient norms are taken before it (it
+    consumes the gradients) and its weight norms after it."""
 
     def __init__(
         self,
+        config: Config,
         weights: list[torch.Tensor],
-        optimizer: torch.optim.Optimizer | None,
-        lr: float,
-        activation_params: list[torch.Tensor] = (),
-        kernel_blocks: fused.Blocks | None = None,
+        biases: list[torch.Tensor],
+        activation_params: list[torch.Tensor],
     ):
         self.weights = weights
-        self.optimizer = optimizer
-        self.lr = lr
-        # The activation's own parameters: the same update, no norms (their values stream).
-        self.activation_params = list(activation_params)
-        # The fused kernel, with the metric stream's blocks it writes the norms into.
-        self.fused_weights = []
-        if optimizer is None and kernel_blocks is not None and fused.serves(*weights):
-            self.fused_weights = [fused.Weight(w, kernel_blocks, i) for i, w in enumerate(weights)]
+        # The activation's own parameters: trained the same way; their values stream.
+        self.activation_params = activation_params
+        self.beside = [*biases, *activation_params]
+        self.lr = config.lr
+        trained = [*weights, *self.beside]
+        # None: the seed's manual update, applied here.
+        self.optimizer: torch.optim.Optimizer | None = None
+        if config.optimizer == Optimizer.sgd:
+            self.optimizer = torch.optim.SGD(trained, lr=config.lr)
+        elif config.optimizer == Optimizer.adam:
+            self.optimizer = torch.optim.Adam(trained, lr=config.lr)
 
     def __call__(self, row: MetricRow | None) -> None:
-        if self.fused_weights and row is not None:
-            for weight in self.fused_weights:
-                weight.update_with_norms(weight.w.grad.contiguous(), self.lr, row.index)
-                weight.w.grad = None
-            self.seed_update(self.activation_params)
+        if row is not None:
+            row.record_grad_norms(self.weights)
+        if self.optimizer is None:
+            self.seed_update([*self.weights, *self.beside])
         else:
-            if row is not None:
-                row.record_grad_norms(self.weights)
-            if self.optimizer is None:
-                self.seed_update([*self.weights, *self.activation_params])
-            else:
-                self.optimizer.step()
-                self.optimizer.zero_grad()
-            if row is not None:
-                row.record_weight_norms(self.weights)
-        if row is not None and self.activation_params:
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+        if row is not None:
+            row.record_weight_norms(self.weights)
             row.record_activation_params(self.activation_params)
 
     def seed_update(self, tensors: list[torch.Tensor]) -> None:
@@ -67,3 +55,10 @@ class WeightUpdate:
             # temporary, a fill and an accumulate per weight.
             w -= w.grad.mul_(self.lr)
             w.grad = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict() if self.optimizer is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state)

@@ -17,8 +17,8 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp.hydra_glue import job_number
 from reluexp.record.summary import RunSummary, SummaryError, record_lost
+from reluexp.sweeps.names import job_prefix
 from reluexp.sweeps.slurm import ENDED_STATES, GONE, slurm_states
 from reluexp.sweeps.terminal import job_line, sweep_plan
 
@@ -26,12 +26,14 @@ POLL_SECONDS = 1.0
 
 
 def submit(launcher: Any, job_overrides: list[list[str]], initial_job_idx: int) -> list[Any]:
-    """The jobs, submitted as hydra-submitit-launcher 1.2's BaseSubmititLauncher.launch submits
-    them: its executor and parameters, one array of calls to the launcher itself."""
+    """The jobs, submitted as hydra-submitit-launcher 1.2.0's BaseSubmititLauncher.launch submits
+    them: its executor and parameters, one array of calls to the launcher itself. (Its launch
+    also waits on every result in turn, which a job killed without a word never gives; hence
+    this copy of its first half, and pyproject.toml's exact pin of that release.)"""
     import submitit
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
-    cluster, params = launcher._EXECUTOR, launcher.params
+    cluster, params = launcher.cluster, launcher.params
     init_keys = {"max_num_timeout"}
     executor = submitit.AutoExecutor(
         cluster=cluster,
@@ -130,7 +132,7 @@ class JobFollower:
         summary = next(
             (
                 recorded
-                for run_dir in self.sweep_dir.glob(f"{job_number(job.number)}_*")
+                for run_dir in self.sweep_dir.glob(f"{job_prefix(job.number)}_*")
                 if (recorded := record_lost(run_dir, job.overrides, reason, job_id)) is not None
             ),
             RunSummary(
@@ -154,4 +156,4 @@ def launch(launcher: Any, job_overrides: list[list[str]], initial_job_idx: int) 
         Job(initial_job_idx + i, list(overrides), job)
         for i, (overrides, job) in enumerate(zip(job_overrides, submitted))
     ]
-    return JobFollower(launcher.config, jobs, on_slurm=launcher._EXECUTOR == "slurm").follow()
+    return JobFollower(launcher.config, jobs, on_slurm=launcher.cluster == "slurm").follow()

@@ -1,21 +1,11 @@
 """What reluexp asks SLURM: whether its nodes can take a sweep's jobs, and each job's state."""
 
-import os
 import re
 import subprocess
 
 from omegaconf import DictConfig
 
 from reluexp.config import ConfigError
-
-
-def slurm_job_id() -> str | None:
-    """This process's SLURM job (`<array job>_<task>` for an array task), None outside SLURM."""
-    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if array_job and task:
-        return f"{array_job}_{task}"
-    return os.environ.get("SLURM_JOB_ID")
-
 
 GONE = "(no longer known to SLURM)"
 # Job states after which SLURM runs nothing more for the job (squeue --states=all).

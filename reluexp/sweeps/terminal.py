@@ -13,7 +13,8 @@ from pathlib import Path
 
 from reluexp.record.summary import RunSummary
 from reluexp.run.rundir import shown_path
-from reluexp.sweeps import report
+from reluexp.sweeps.report.discovery import Job, planned_jobs
+from reluexp.sweeps.report.outputs import write_report
 
 loss_log = logging.getLogger("reluexp.losses")
 
@@ -37,7 +38,7 @@ class Plan:
 def sweep_plan(sweep_dir: Path) -> Plan:
     """The sweep's plan, read once per process: every job's lines ask for it, and parsing
     multirun.yaml's overrides takes ~25 ms."""
-    planned = report.planned_jobs(sweep_dir)
+    planned = planned_jobs(sweep_dir)
     if not isinstance(planned, list):
         return Plan(planned, None)
     values: dict[str, set[str]] = {}
@@ -84,7 +85,7 @@ def loss_lines_labelled(number: int, plan: Plan) -> Iterator[None]:
         loss_log.removeFilter(prefix)
 
 
-def closing_line(sweep_dir: Path, jobs: list[report.Job]) -> str:
+def closing_line(sweep_dir: Path, jobs: list[Job]) -> str:
     """The sweep's outcome in one line, like a single run's: its jobs by status, where the
     summary is, how to see it."""
     statuses = Counter(job.summary.status for job in jobs)
@@ -96,8 +97,8 @@ def closing_line(sweep_dir: Path, jobs: list[report.Job]) -> str:
     )
 
 
-def write_sweep_summary(sweep_dir: Path) -> list[report.Job]:
+def write_sweep_summary(sweep_dir: Path) -> list[Job]:
     """The sweep's report, and its closing line on stderr."""
-    jobs = report.write_report(sweep_dir)
+    jobs = write_report(sweep_dir)
     print(closing_line(sweep_dir, jobs), file=sys.stderr, flush=True)
     return jobs

@@ -1,14 +1,16 @@
-"""A parallel sweep's worker processes (joblib's): found through /proc, stopped by the sweep."""
+"""A parallel sweep's worker processes (joblib's): found through psutil, stopped by the sweep."""
 
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+
+# How long the stopped workers get to reach a step boundary and checkpoint before they are
+# killed.
+STOP_TIMEOUT_S = 120.0
 
 
 def in_worker_processes(hydra_config: DictConfig) -> bool:
@@ -16,43 +18,26 @@ def in_worker_processes(hydra_config: DictConfig) -> bool:
     return "joblib" in str(hydra_config.launcher.get("_target_", ""))
 
 
-def process_state(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and parent pid from /proc/PID/stat; None once it is gone."""
-    try:
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses.
-        state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
-    except (OSError, IndexError, ValueError):
-        return None
-    return state, int(ppid)
+def stop_workers(signum: int, timeout: float = STOP_TIMEOUT_S) -> None:
+    """Pass the signal on to this process's worker processes and wait for each to end; kill what
+    outlives the timeout. loky's resource tracker is left alone: it ends by itself once the
+    workers are gone (signalled, it prints a traceback)."""
+    import psutil  # the `sweeps` extra's, as joblib is
 
+    def is_worker(child: psutil.Process) -> bool:
+        try:
+            return not any("resource_tracker" in part for part in child.cmdline())
+        except psutil.Error:  # gone already, or not ours to read
+            return False
 
-def child_processes() -> list[int]:
-    """The pids of this process's children (a parallel launcher's workers), from /proc."""
-    pids = [int(path.name) for path in Path("/proc").iterdir() if path.name.isdigit()]
-    return [pid for pid in pids if (process_state(pid) or ("", 0))[1] == os.getpid()]
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def stop_processes(pids: list[int], signum: int, timeout: float = 120.0) -> None:
-    """Pass the signal on and wait for each process to end; kill what outlives the timeout."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        # A zombie has ended: its parent (init, here) has not reaped it yet.
-        alive = [pid for pid in alive if (process_state(pid) or ("Z", 0))[0] != "Z"]
-    for pid in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    workers = [child for child in psutil.Process().children() if is_worker(child)]
+    for worker in workers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            worker.send_signal(signum)
+    _, alive = psutil.wait_procs(workers, timeout=timeout)
+    for worker in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            worker.kill()
 
 
 def stop_workers_on_signals(write_summary: Callable[[], object]) -> None:
@@ -61,10 +46,7 @@ def stop_workers_on_signals(write_summary: Callable[[], object]) -> None:
 
     def stop(signum: int, frame: Any) -> None:
         signal.signal(signum, signal.SIG_IGN)  # one stop at a time
-        # loky's resource tracker ends by itself once the workers are gone (signalled, it
-        # prints a traceback); the workers stop at a step boundary.
-        workers = [pid for pid in child_processes() if "resource_tracker" not in command_line(pid)]
-        stop_processes(workers, signum)
+        stop_workers(signum)
         write_summary()
         # Exit now: the launcher would only wait on workers that are gone.
         os._exit(128 + signum)

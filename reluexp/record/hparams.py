@@ -1,0 +1,40 @@
+"""The config values a run is compared by in TensorBoard's HParams tab."""
+
+import json
+from typing import Any
+
+import torch
+
+from reluexp.config import Config, DataName, Dtype, Init, Optimizer
+
+
+def hparams(
+    config: Config, device: torch.device, sizes: tuple[int, int, int], loss: str
+) -> dict[str, Any]:
+    """The config values a run is compared by in TensorBoard's HParams tab, named by their
+    keys (so a sweep's varying keys name them), in the order the tab shows them when none
+    varies: what a comparison is usually about first. `sizes`: the data's examples, inputs
+    and outputs; `loss`: the objective's name."""
+    examples, d_in, d_out = sizes
+    return {
+        "activation": config.activation.name,
+        # A string: the tab shows numbers with four decimals, and filters strings by value.
+        "seed": str(config.seed),
+        "lr": config.lr,
+        # Custom runs are told apart by what they train, not by the option's name.
+        "activation.target": config.activation.target,
+        "activation.params": json.dumps(config.activation.params, sort_keys=True),
+        "data": DataName(config.data.name).value,
+        "model.hidden": str(config.model.hidden),
+        "model.init": Init(config.model.init).value,
+        "model.bias": config.model.bias,
+        "data.n": examples,
+        "data.d_in": d_in,
+        "data.d_out": d_out,
+        "data.batch_size": config.data.batch_size or examples,
+        "loss": loss,
+        "steps": config.steps,
+        "device": str(device),
+        "dtype": Dtype(config.dtype).value,
+        "optimizer": Optimizer(config.optimizer).value,
+    }

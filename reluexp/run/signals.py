@@ -1,0 +1,56 @@
+"""The signals that stop a run at a step boundary, and the entry point's policy for them
+(StopSignals). No torch here: the command line imports it before a run starts."""
+
+import os
+import signal
+import threading
+from typing import Any
+
+
+def slurm_job_id() -> str | None:
+    """This process's SLURM job (`<array job>_<task>` for an array task), None outside SLURM."""
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        return f"{array_job}_{task}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def stop_signals() -> tuple[int, ...]:
+    """The signals that stop a run at a step boundary: SIGINT, SIGTERM, and in a SLURM job
+    SIGUSR2, which SLURM sends before a time limit or preemption (submitit's protocol)."""
+    if slurm_job_id() is None:
+        return (signal.SIGINT, signal.SIGTERM)
+    return (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+
+
+class StopSignals:
+    """While active, stop_signals() ask the loop to stop at the next step; a second one exits
+    now (every file is written by rename, so exiting at once cannot leave a half-written one),
+    unless `second_exits` is off: a parallel sweep's worker gets a Ctrl-C twice, from the
+    terminal's process group and from its sweep, and still stops at the step boundary."""
+
+    def __init__(self, second_exits: bool = True) -> None:
+        self.signum: int | None = None
+        self.second_exits = second_exits
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None and self.second_exits:
+            os._exit(128 + signum)
+        self.signum = self.signum or signum
+
+    def __enter__(self) -> "StopSignals":
+        # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
+        if threading.current_thread() is threading.main_thread():
+            for signum in stop_signals():
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self.signum is not None and not self.second_exits:
+            # A worker that stopped may still get the stop's other copy: it keeps this handler,
+            # which only records it, until it exits (the default one would end it before its
+            # closing line).
+            return
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)

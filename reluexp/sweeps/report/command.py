@@ -1,0 +1,38 @@
+"""`python -m reluexp.report outputs/multirun/<sweep>`: the sweep's report, whatever its state.
+
+Works on any sweep directory, finished, interrupted or still running: every job the sweep
+planned is listed with its status (`not started` included), and the losses aggregate the
+completed runs only. Writes summary.csv, summary.md and loss_curves.png into it.
+"""
+
+import sys
+from pathlib import Path
+
+from reluexp.sweeps.report.outputs import write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    sweep_dir = Path(args[0])
+    if not sweep_dir.is_dir():
+        print(f"reluexp.report: error: {sweep_dir}: not a directory", file=sys.stderr)
+        return 2
+    if not any((p / ".hydra").is_dir() for p in sweep_dir.iterdir()):
+        print(f"reluexp.report: error: {sweep_dir}: no job directories in it", file=sys.stderr)
+        return 2
+    try:
+        write_report(sweep_dir)
+    except OSError as error:
+        where = error.filename or sweep_dir
+        print(f"reluexp.report: error: {where}: cannot write ({error.strerror})", file=sys.stderr)
+        return 2
+    print((sweep_dir / "summary.md").read_text())
+    print(f"Wrote {sweep_dir / 'summary.csv'}, summary.md and loss_curves.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""A sweep's jobs as they are on disk: every job its plan (multirun.yaml) says, in job order,
+each read from its directory (its summary.json) or `not started`; what cannot be read is
+`unreadable`, with the reason."""
+
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from omegaconf import OmegaConf
+
+from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
+from reluexp.run.rundir import CHECKPOINT_NAME
+from reluexp.sweeps.names import job_order
+
+STATUSES = ("completed", "diverged", "interrupted", "failed", "running", "not started")
+UNREADABLE = "unreadable"
+
+
+@dataclass
+class Job:
+    # None: the sweep planned the job but never made its directory.
+    run_dir: Path | None
+    summary: RunSummary
+
+    @property
+    def group(self) -> str:
+        """The job's overrides without its seed (and study name): what a group shares."""
+        shared = [o for o in self.summary.overrides if not o.startswith(("seed=", "experiment="))]
+        return " ".join(sorted(shared)) or "(defaults)"
+
+
+def read_job(run_dir: Path) -> Job:
+    """A job directory as a Job: its summary.json; without one, the overrides Hydra saved for
+    it. What cannot be read is `unreadable` with the reason."""
+    if (run_dir / SUMMARY_NAME).is_file():
+        try:
+            return Job(run_dir, RunSummary.read(run_dir))
+        except SummaryError as error:
+            return Job(run_dir, RunSummary(status=UNREADABLE, error=str(error)))
+    try:
+        overrides = [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
+    except FileNotFoundError:
+        overrides = []
+    except Exception as error:  # binary garbage, wrong YAML: this job only
+        reason = f".hydra/overrides.yaml: {type(error).__name__}"
+        return Job(run_dir, RunSummary(status=UNREADABLE, error=reason))
+    if (run_dir / CHECKPOINT_NAME).is_file() or any(run_dir.glob("events.out.tfevents.*")):
+        reason = f"no {SUMMARY_NAME}, but it trained (events or checkpoint present)"
+        return Job(run_dir, RunSummary(status=UNREADABLE, overrides=overrides, error=reason))
+    return Job(run_dir, RunSummary(status="not started", overrides=overrides))
+
+
+def planned_jobs(sweep_dir: Path) -> list[list[str]] | int | None:
+    """The overrides of every job, in job order, as Hydra's basic sweeper makes them; for a
+    sweeper that chooses as it goes (Optuna), only how many; None without a readable
+    multirun.yaml (plan_problem says why)."""
+    try:
+        hydra_config = OmegaConf.load(sweep_dir / "multirun.yaml").hydra
+        if "n_trials" in hydra_config.sweeper:
+            return int(hydra_config.sweeper.n_trials)
+        # The preset's params, then the command line: BasicSweeper's own order and merge.
+        params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
+        task = list(hydra_config.overrides.task)
+        return grid(OverridesParser.create().parse_overrides(params + task))
+    except Exception:  # missing, or not what Hydra writes: plan_problem says which
+        return None
+
+
+def plan_problem(sweep_dir: Path) -> str | None:
+    """Why the sweep's plan cannot be read, or None when it can."""
+    try:
+        if planned_jobs(sweep_dir) is not None:
+            return None
+        OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides.task  # noqa: B018
+    except FileNotFoundError:
+        return "no multirun.yaml"
+    except Exception as error:
+        return f"multirun.yaml is unreadable ({type(error).__name__})"
+    return "multirun.yaml does not say the sweep's jobs"
+
+
+def grid(overrides: list[Override]) -> list[list[str]]:
+    """The jobs of a grid sweep, as Hydra's basic sweeper orders them: a key given twice keeps
+    its last value, in its first place; the product runs over the keys in that order."""
+    choices: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*choices.values())]
+
+
+def find_jobs(sweep_dir: Path) -> list[Job]:
+    """Every job of the sweep in job order: its directory's state, or `not started`. A job's
+    directory is found by its number (`003_...` is the fourth job), whatever it holds."""
+    dirs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()), key=job_order)
+    found = [(job_order(run_dir)[0], read_job(run_dir)) for run_dir in dirs]
+    by_number = {number: job for number, job in found if number != math.inf}
+    unnumbered = [job for number, job in found if number == math.inf]
+    planned = planned_jobs(sweep_dir)
+    if planned is None:
+        return [job for _, job in found]
+    if isinstance(planned, int):
+        planned = [[f"(trial {number})"] for number in range(planned)]
+    jobs = []
+    for number, overrides in enumerate(planned):
+        job = by_number.pop(number, None) or Job(
+            None, RunSummary(status="not started", overrides=overrides)
+        )
+        if not job.summary.overrides:  # unreadable: the plan still says what it was
+            job.summary.overrides = overrides
+        jobs.append(job)
+    # Directories the plan does not number are listed all the same.
+    return jobs + list(by_number.values()) + unnumbered

@@ -1,0 +1,261 @@
+"""What a sweep's report writes: summary.csv and summary.md, loss_curves.png, one TensorBoard run
+per group, each custom job's gap to its reference job, and the sweep directory's own run (the
+figures as images, the table as text, the Custom Scalars layout)."""
+
+import csv
+import io
+import math
+import re
+import statistics
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+from reluexp.record.events import Layout, loss_gap_series, write_derived
+from reluexp.record.tags import IDENTICAL_LOG10, LAYOUT, LOSS, loss_band, loss_gap
+from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
+from reluexp.sweeps.report.statistics import Group, group_jobs, summary_rows
+
+
+def write_group_runs(sweep_dir: Path, groups: list[Group]) -> None:
+    """One TensorBoard run per group, `groups/<label>`: the log10 of its jobs' mean, min and
+    max loss per step (tags.loss_band), which Custom Scalars' margin chart draws as a line and
+    a band, one per group."""
+    for group in groups:
+        if not group.losses:
+            continue
+        steps = sorted(group.losses)
+        series = {
+            tag: {step: math.log10(reduce(group.losses[step])) for step in steps}
+            for tag, reduce in zip(loss_band(group.label), (statistics.mean, min, max))
+        }
+        name = group.label.replace(" ", ",").replace("/", "_")
+        write_derived(sweep_dir / "groups" / name, "group", series)
+
+
+def write_job_gaps(groups: list[Group]) -> None:
+    """In each custom job's run, its loss gap to its reference job (events.loss_gap_series), in
+    an event file of its own, rewritten whole."""
+    for group in groups:
+        for (job, _), difference in zip(group.pairs, group.differences):
+            write_derived(job.run_dir, "difference", loss_gap_series(job.group, difference))
+
+
+def own_parts(label: str, other: str) -> str:
+    """`activation=relu`: what a group's label says that another's does not."""
+    theirs = set(other.split())
+    return " ".join(part for part in label.split() if part not in theirs) or label
+
+
+def pair_name(group: Group) -> str:
+    """`activation=myrelu vs activation=relu`: a custom group against its reference, by what
+    tells them apart."""
+    assert group.reference is not None
+    reference = group.reference.label
+    return f"{own_parts(group.label, reference)} vs {own_parts(reference, group.label)}"
+
+
+def parting_text(step: int | None) -> str:
+    """Where a custom group first parts from its reference (Group.parts_at), in words."""
+    return "identical" if step is None else f"parts at step {step}"
+
+
+def pair_png(group: Group) -> bytes:
+    """A custom group against its reference, for TensorBoard's Images tab (which shows images
+    about 300 pixels wide): each seed's |relative loss gap| on a log axis under a title that
+    says where they part, large enough to read there."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.4, 4.4))
+    axes = figure.subplots()
+    parted = group.parts_at()
+    if parted is None:  # nothing to draw on a log axis: say so instead of a flat line at 0
+        axes.text(0.5, 0.5, "identical at every step", ha="center", fontsize=18)
+        axes.set_axis_off()
+    else:
+        for (job, _), gaps in zip(group.pairs, group.job_gaps):
+            steps = sorted(gaps)
+            gap = [gaps[s] for s in steps]
+            axes.plot(steps, gap, linewidth=1.2, label=f"seed {job.summary.seed}")
+        axes.set_yscale("log")
+        axes.axvline(parted, color="gray", linestyle="--", linewidth=1)
+        axes.legend(fontsize=11)
+        axes.set_xlabel("step", fontsize=13)
+        axes.set_ylabel("|relative loss gap|", fontsize=13)
+        axes.tick_params(labelsize=12)
+        axes.grid(True, which="major", alpha=0.3)
+    figure.suptitle(textwrap.fill(f"{pair_name(group)}: {parting_text(parted)}", 36), fontsize=18)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+
+
+def report_layout(groups: list[Group]) -> Layout:
+    """The sweep's Custom Scalars tab: its `loss` category (first, as the report's run sorts
+    first) adds the band per group and a chart per custom/reference pair, its seeds the lines."""
+    bands = [loss_band(group.label) for group in groups if group.losses]
+    pairs = {
+        f"log10 |relative loss gap|: {pair_name(group)} ({IDENTICAL_LOG10:g}: identical)": [
+            re.escape(loss_gap(group.label))
+        ]
+        for group in groups
+        if group.reference is not None
+    }
+    loss = {**LAYOUT["loss"], "log10 loss per group: mean over seeds, min-max band": bands}
+    return {**LAYOUT, "loss": loss | pairs}
+
+
+def number(value: object, digits: int = 4) -> str:
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def accuracy_text(row: dict[str, object]) -> str:
+    if row["val_accuracy_mean"] is None:
+        return ""
+    return f"{row['val_accuracy_mean']:.2%} ± {row['val_accuracy_std']:.2%}"
+
+
+def gap_text(row: dict[str, object]) -> str:
+    """`+1.2e-04 vs activation=relu`: the relative gap, naming what the reference changes."""
+    gap = row["final_loss_vs_reference"]
+    if gap is None:
+        return ""
+    parted = row["parts_at_step"]
+    return (
+        f"{gap:+.2e} vs {own_parts(str(row['reference_group']), str(row['group']))} "
+        f"({parting_text(parted)})"
+    )
+
+
+def markdown_table(rows: list[dict[str, object]]) -> str:
+    """The table, without the optional columns no group fills (validation accuracy, for
+    regression; warnings and errors, when there are none)."""
+    table_rows = []
+    for row in rows:
+        statuses = [
+            f"{status}: {row[status.replace(' ', '_')]}"
+            for status in (*STATUSES, UNREADABLE)
+            if row[status.replace(" ", "_")]
+        ]
+        table_rows.append(
+            {
+                "group": str(row["group"]),
+                "jobs": str(row["jobs"]),
+                "final loss": f"{number(row['final_loss_mean'])} ± "
+                f"{number(row['final_loss_std'], 2)}",
+                "val accuracy": accuracy_text(row),
+                "vs reference": gap_text(row),
+                "paired vs reference (95%, t)": str(row["paired_verdict"]),
+                "min loss": f"{number(row['min_loss_mean'])} ± {number(row['min_loss_std'], 2)}",
+                "steps/s": number(row["steps_per_s"], 4),
+                "status": ", ".join(statuses),
+                "warnings": f"{row['jobs_with_warnings']}: {row['warning']}"
+                if row["warning"]
+                else "",
+                "error": str(row["error"]),
+            }
+        )
+    optional = {"val accuracy", "paired vs reference (95%, t)", "warnings", "error"}
+    columns = [
+        column
+        for column in (table_rows[0] if table_rows else {"group": ""})
+        if column not in optional or any(row[column] for row in table_rows)
+    ]
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for row in table_rows:
+        cells = [row[column].replace("|", "\\|") for column in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_loss_curves(groups: list[Group], path: Path) -> None:
+    """Top: each group's mean loss over steps with its min-max band across seeds, log scale.
+    Bottom: how far each custom group's runs are from their reference runs, log scale."""
+    # Imported here, and without pyplot (no GUI backend to pick): only sweeps draw.
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+
+    drawn = [group for group in groups if group.losses]
+    # The gap panel needs a gap to draw on its log axis (runs identical so far have none).
+    customs = [group for group in drawn if any(gap > 0 for gap in group.gap.values())]
+    figure = Figure(figsize=(10, 8 if customs else 5.5))
+    loss_axes, *difference_axes = figure.subplots(2 if customs else 1, 1, squeeze=False)[:, 0]
+    colors = colormaps["tab10" if len(drawn) <= 10 else "tab20"]
+    for index, group in enumerate(drawn):
+        color = colors(index % colors.N)
+        steps = sorted(group.losses)
+        mean = [statistics.mean(group.losses[s]) for s in steps]
+        label = f"{group.label} (n={len(group.jobs)})"
+        loss_axes.plot(steps, mean, color=color, label=label, linewidth=1.4)
+        lows = [min(group.losses[s]) for s in steps]
+        highs = [max(group.losses[s]) for s in steps]
+        loss_axes.fill_between(steps, lows, highs, color=color, alpha=0.08, linewidth=0)
+        if group.gap and difference_axes:
+            # Where the gap is exactly 0 the log axis draws nothing: the line starts where the
+            # runs part.
+            steps = sorted(group.gap)
+            gaps = [group.gap[s] for s in steps]
+            label = f"{pair_name(group)}: {parting_text(group.parts_at())}"
+            difference_axes[0].plot(steps, gaps, color=color, linewidth=1.2, label=label)
+    loss_axes.set_yscale("log")
+    loss_axes.set_xlabel("step")
+    loss_axes.set_ylabel(f"{LOSS}: mean, min–max band over seeds")
+    loss_axes.grid(True, which="major", alpha=0.3)
+    if drawn:
+        loss_axes.legend(fontsize="small", ncol=2 if len(drawn) > 6 else 1)
+    if difference_axes:
+        axes = difference_axes[0]
+        axes.set_yscale("log")
+        axes.set_xlim(loss_axes.get_xlim())
+        axes.set_xlabel("step")
+        axes.set_ylabel("|loss - reference loss| / reference loss\n(mean over seeds)")
+        axes.grid(True, which="major", alpha=0.3)
+        axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def write_report(sweep_dir: Path) -> list[Job]:
+    """summary.csv, summary.md and loss_curves.png for sweep_dir, and TensorBoard's view of
+    them; returns its jobs."""
+    jobs = find_jobs(sweep_dir)
+    groups = group_jobs(jobs)
+    rows = summary_rows(groups)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["group"])
+    writer.writeheader()
+    writer.writerows(rows)
+    (sweep_dir / "summary.csv").write_text(buffer.getvalue())
+    statuses = Counter(job.summary.status for job in jobs)
+    completed = statuses["completed"]
+    problem = plan_problem(sweep_dir)
+    header = (
+        f"# Sweep {sweep_dir.name}\n\n{len(jobs)} jobs: "
+        + ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))
+        + f". Losses aggregate the {completed} completed runs"
+        + (f" ({len(jobs) - completed} left out)." if completed < len(jobs) else ".")
+        + (f" {problem[0].upper()}{problem[1:]}: the jobs are those found." if problem else "")
+    )
+    summary_md = f"{header}\n\n{markdown_table(rows)}"
+    (sweep_dir / "summary.md").write_text(summary_md)
+    write_group_runs(sweep_dir, groups)
+    write_job_gaps(groups)
+    plot_loss_curves(groups, sweep_dir / "loss_curves.png")
+    # The same figure and table in TensorBoard, in the sweep directory's own run: it sorts
+    # before its jobs, so its layout leads the Custom Scalars tab.
+    write_derived(
+        sweep_dir,
+        "report",
+        layout=report_layout(groups),
+        images={
+            "report/loss_curves": (sweep_dir / "loss_curves.png").read_bytes(),
+            **{
+                f"report/pair: {pair_name(group)}": pair_png(group)
+                for group in groups
+                if group.reference is not None
+            },
+        },
+        texts={"report/summary": summary_md},
+    )
+    return jobs

@@ -1,0 +1,104 @@
+"""The package's shape: sub-packages that name the architecture, no import cycle, no module that
+imports an entry point, no module too long to read."""
+
+import ast
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from tests.helpers import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "reluexp"
+# `python -m reluexp`, `python -m reluexp.check`, `python -m reluexp.report`, and the commands
+# behind them: only their own shims import these.
+ENTRY_POINTS = {
+    "reluexp.__main__": set(),
+    "reluexp.check": set(),
+    "reluexp.report": set(),
+    "reluexp.lab.command": {"reluexp.check"},
+    "reluexp.sweeps.report.command": {"reluexp.report"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """The reluexp modules a module imports when it is imported (not those imported inside a
+    function, on purpose later, nor under TYPE_CHECKING)."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("reluexp")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("reluexp"):
+            found.add(node.module)
+            # `from reluexp.run import runner` imports the module reluexp.run.runner.
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                if (REPO_ROOT / Path(*candidate.split("."))).with_suffix(".py").is_file():
+                    found.add(candidate)
+    return found
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+GRAPH = {name: top_level_imports(path) & set(MODULES) for name, path in MODULES.items()}
+
+
+def test_the_package_is_made_of_sub_packages_that_name_its_parts():
+    packages = {p.parent.name for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE}
+    assert {"functions", "run", "record", "sweeps", "lab"} <= packages
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert flat == [
+        "__init__.py",
+        "__main__.py",
+        "_compat.py",
+        "check.py",
+        "cli.py",
+        "config.py",
+        "hydra_glue.py",
+        "report.py",
+    ]
+
+
+def test_no_import_cycle():
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for imported in GRAPH[node]:
+                if imported == start:
+                    return [*path, start]
+                if imported not in path:
+                    stack.append((imported, [*path, imported]))
+        return None
+
+    cycles = [cycle for name in GRAPH if (cycle := cycle_from(name))]
+    assert not cycles, " -> ".join(cycles[0])
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_no_module_imports_an_entry_point(entry):
+    importers = {name for name, imported in GRAPH.items() if entry in imported}
+    assert importers <= ENTRY_POINTS[entry]
+
+
+def test_no_module_is_over_400_lines():
+    long = {
+        name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 400
+    }
+    assert not long
+
+
+def test_every_sub_package_ships_in_the_wheel():
+    """pyproject.toml lists the packages (conf/ and experiments/ are mapped into reluexp): a
+    new sub-package missing there is missing from every installed wheel."""
+    listed = set(
+        tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {module_name(p.parent / "__init__.py") for p in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
