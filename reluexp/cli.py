@@ -35,7 +35,11 @@ from reluexp.sweeps.terminal import (
     sweep_plan,
     write_sweep_summary,
 )
-from reluexp.sweeps.workers import in_worker_processes, stop_workers_on_signals
+from reluexp.sweeps.workers import (
+    exit_when_the_sweep_ends,
+    in_worker_processes,
+    stop_workers_on_signals,
+)
 
 log = logging.getLogger("reluexp")
 # A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
@@ -120,7 +124,7 @@ class Lifecycle(Callback):
             check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
         if in_worker_processes(config.hydra):
             sweep_dir = Path(config.hydra.sweep.dir)
-            stop_workers_on_signals(lambda: write_sweep_summary(sweep_dir))
+            stop_workers_on_signals(sweep_dir, lambda: write_sweep_summary(sweep_dir))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """In a sweep run in this process or its workers, one line per finished job:
@@ -308,11 +312,11 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
             # returned to the launcher, which would otherwise take it for a crash.
             return math.nan
         if worker:
-            # A worker stopped by its sweep ends here rather than take the next queued job; the
-            # sweep's parent writes the summary once every worker has stopped.
+            # A worker stopped by its sweep takes no next queued job; the sweep's parent writes
+            # the summary once no job is running (sweeps/workers.py).
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(128 + interrupted.signum)
+            exit_when_the_sweep_ends(128 + interrupted.signum)
         if not single:
             # The jobs after this one will not start: the summary lists them so.
             write_sweep_summary(Path(hydra_config.sweep.dir))

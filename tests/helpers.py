@@ -1,5 +1,7 @@
-"""Shared helpers: an independent copy of the seed's loop, and the CLI run as a user runs it."""
+"""Shared helpers: an independent copy of the seed's loop, the CLI run as a user runs it, small
+runs, fake sweeps, and the one way events are read back."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +87,78 @@ class RaisesAtStep50(SeedRelu):
         if RaisesAtStep50.calls > 50:
             raise RuntimeError("planted failure at step 50")
         return SeedRelu.backward(ctx, grad_output)
+
+
+# -- shared by several test modules --------------------------------------------------------------
+
+SHIPPED_ACTIVATIONS = sorted(
+    p.stem for p in (REPO_ROOT / "conf" / "activation").glob("*.yaml") if p.stem != "custom"
+)
+EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments").glob("*.yaml"))
+
+# Small enough for thousands of steps a second, so a signal lands mid-run.
+SMALL = ["data.d_in=50", "model.hidden=20", "device=cpu", "print_every=1000000"]
+STEPS = 20_000
+
+
+def small_config(**fields):
+    """SMALL as a Config, for runs in this process."""
+    from reluexp.config import Config
+
+    config = Config(device="cpu", print_every=10**6, **fields)
+    config.data.d_in, config.model.hidden = 50, 20
+    return config
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def interrupted_run(run_dir: Path) -> Path:
+    """A run dir as a SIGINT leaves it: stopped before its last step, checkpoint written."""
+    from reluexp.run import runner
+
+    runner.run(small_config(steps=20, checkpoint_every=10), run_dir)
+    state = summary(run_dir)
+    state["status"] = "interrupted"
+    (run_dir / "summary.json").write_text(json.dumps(state))
+    return run_dir
+
+
+def fake_sweep(sweep_dir: Path, jobs: dict) -> None:
+    """Job directories as Hydra lays them out, each of its overrides -> Config trained
+    in-process (None: never trained)."""
+    from reluexp.run import runner
+
+    for number, (overrides, config) in enumerate(jobs.items()):
+        job_dir = sweep_dir / f"{number:03d}_{overrides}"
+        (job_dir / ".hydra").mkdir(parents=True)
+        (job_dir / ".hydra" / "overrides.yaml").write_text(f"- {overrides}\n")
+        if config is not None:
+            runner.run(config, job_dir, overrides=[overrides])
+
+
+def tensorboard(run_dir: Path):
+    """A run directory as TensorBoard's own reader loads it, every event kept: the one way the
+    tests read events back."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    everything = {"scalars": 0, "images": 0, "tensors": 0}
+    events = EventAccumulator(str(run_dir), size_guidance=everything)
+    events.Reload()
+    return events
+
+
+def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] of every scalar tag, read with TensorBoard's reader."""
+    events = tensorboard(run_dir)
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
+
+
+def descendants(pid: int) -> list:
+    """Every process below pid (psutil's, so a test sees only its own process tree)."""
+    import psutil
+
+    return psutil.Process(pid).children(recursive=True)

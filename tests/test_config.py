@@ -11,15 +11,9 @@ from omegaconf import OmegaConf
 from reluexp import hydra_glue
 from reluexp.config import Config, ConfigError, Dtype, config_dict, key_meanings, validate
 from reluexp.functions.targets import resolve_activation
-from tests.helpers import REPO_ROOT
+from tests.helpers import EXPERIMENTS, SHIPPED_ACTIVATIONS
 
 pytestmark = pytest.mark.compat
-
-# Every shipped activation; `custom` is the user's slot, tested on its own.
-ACTIVATIONS = sorted(
-    p.stem for p in (REPO_ROOT / "conf" / "activation").glob("*.yaml") if p.stem != "custom"
-)
-EXPERIMENTS = sorted(p.stem for p in (REPO_ROOT / "experiments").glob("*.yaml"))
 
 
 def compose_config(*overrides: str) -> Config:
@@ -42,7 +36,7 @@ def test_defaults_are_the_reference_experiment():
     assert asdict(config) == asdict(Config())
 
 
-@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("name", SHIPPED_ACTIVATIONS)
 def test_every_activation_composes_and_resolves(name):
     config = compose_config(f"activation={name}")
     assert config.activation.name == name

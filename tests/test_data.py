@@ -2,7 +2,6 @@
 held-out split and accuracy; activations that learn, trained and resumed like the weights."""
 
 import builtins
-import json
 import math
 import os
 import signal
@@ -17,6 +16,7 @@ from reluexp.record import progress
 from reluexp.record.events import read_scalars
 from reluexp.run import runner
 from reluexp.run.signals import StopSignals
+from tests.helpers import summary
 
 pytestmark = pytest.mark.compat
 
@@ -26,10 +26,6 @@ def digits_config(**fields) -> Config:
     for key, value in fields.items():
         setattr(config, key, value)
     return config
-
-
-def summary(run_dir):
-    return json.loads((run_dir / "summary.json").read_text())
 
 
 def test_digits_reach_a_held_out_accuracy_the_same_for_the_same_seed(tmp_path):

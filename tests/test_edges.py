@@ -13,9 +13,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from reluexp.cli import hydra_quoted_resume
 from reluexp.config import Config, ConfigError
@@ -27,8 +27,18 @@ from reluexp.run.rundir import hold_run
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.report.outputs import write_report
-from tests.helpers import REPO_ROOT, run_cli
-from tests.test_reliability import SMALL, STEPS, interrupted_run, small_config, summary
+from tests.helpers import (
+    REPO_ROOT,
+    SMALL,
+    STEPS,
+    descendants,
+    fake_sweep,
+    interrupted_run,
+    run_cli,
+    small_config,
+    summary,
+    tensorboard,
+)
 
 LOSS_LINE = re.compile(r"\d+ -?[0-9.e+-]+|\d+ (nan|inf)")
 
@@ -186,16 +196,6 @@ def test_a_run_that_barely_moves_warns_once_with_the_likely_cause(tmp_path):
     assert warning.startswith("loss barely moved") and "usual range" not in warning
 
 
-def fake_sweep(sweep_dir: Path, jobs: dict[str, Config | None]) -> None:
-    """Job directories as Hydra lays them out, trained in-process (None: never trained)."""
-    for number, (overrides, config) in enumerate(jobs.items()):
-        job_dir = sweep_dir / f"{number:03d}_{overrides}"
-        (job_dir / ".hydra").mkdir(parents=True)
-        (job_dir / ".hydra" / "overrides.yaml").write_text(f"- {overrides}\n")
-        if config is not None:
-            runner.run(config, job_dir, overrides=[overrides])
-
-
 def test_the_sweep_summary_shows_warnings(tmp_path):
     dead = small_config(steps=3)
     dead.model.hidden = [256, 128]
@@ -214,8 +214,7 @@ def test_running_the_report_again_replaces_what_it_wrote_into_tensorboard(tmp_pa
     fake_sweep(tmp_path, {"activation=myrelu": custom, "activation=relu": builtin})
     for _ in range(2):
         write_report(tmp_path)
-    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "tensors": 0})
-    events.Reload()
+    events = tensorboard(tmp_path)
     assert sorted(events.Tags()["images"]) == [
         "report/loss_curves",
         "report/pair: activation=myrelu vs activation=relu",
@@ -223,9 +222,7 @@ def test_running_the_report_again_replaces_what_it_wrote_into_tensorboard(tmp_pa
     assert len(events.Images("report/loss_curves")) == 1
     assert len(events.Tensors("report/summary")) == 1
     (custom_dir,) = tmp_path.glob("000_*")
-    custom_events = EventAccumulator(str(custom_dir))
-    custom_events.Reload()
-    gap = custom_events.Scalars("loss_gap_log10/activation=myrelu")
+    gap = tensorboard(custom_dir).Scalars("loss_gap_log10/activation=myrelu")
     assert [event.step for event in gap] == [0, 1, 2]
 
 
@@ -254,21 +251,6 @@ def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_pa
     assert (row["jobs"], row["interrupted"], row["not_started"]) == ("4", "1", "3")
     assert row["final_loss_mean"] == ""  # nothing completed: no mean of runs stopped early
     assert "reluexp: interrupted after" in stderr and "Resume: python -m reluexp resume=" in stderr
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below pid, from /proc."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError):
-            continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-        found |= frontier
-    return found
 
 
 @pytest.mark.slow
@@ -305,15 +287,15 @@ def test_a_signal_to_a_joblib_sweep_stops_every_job_resumably(tmp_path, signals,
         time.sleep(0.05)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == code
-    deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{pid}").exists() for pid in workers):
-        assert time.monotonic() < deadline, "workers outlived their sweep"
-        time.sleep(0.1)
+    _, outlived = psutil.wait_procs(workers, timeout=60)
+    assert not outlived, "workers outlived their sweep"
     (sweep_dir,) = multirun.iterdir()
     jobs = find_jobs(sweep_dir)
     statuses = Counter(job.summary.status for job in jobs)
     # Every job listed; the two that ran are interrupted, checkpointed, and resume as pasted.
-    assert len(jobs) == 40 and statuses["interrupted"] == 2, statuses
+    running = [job.run_dir for job in jobs if job.summary.status == "running"]
+    logs = [(d / "reluexp.log").read_text() for d in running if (d / "reluexp.log").exists()]
+    assert len(jobs) == 40 and statuses["interrupted"] == 2, (statuses, stderr, logs)
     assert statuses["interrupted"] + statuses["not started"] == 40
     assert "40 jobs: interrupted: 2, not started: 38" in (sweep_dir / "summary.md").read_text()
     interrupted = [job.run_dir for job in jobs if job.summary.status == "interrupted"]

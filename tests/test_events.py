@@ -3,11 +3,11 @@
 import math
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 
 from reluexp.record.events import EventWriter, ScalarEvents, read_scalars, varint
+from tests.helpers import tensorboard
 
 pytestmark = pytest.mark.compat
 
@@ -35,8 +35,7 @@ def test_out_of_range_and_nan_values_become_float32_like_protobufs():
 
 
 def tensorboards_view(run_dir, tags):
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
+    events = tensorboard(run_dir)
     present = events.Tags()["scalars"]
     return {
         tag: {e.step: e.value for e in events.Scalars(tag)} if tag in present else {}

@@ -9,19 +9,14 @@ import sys
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from reluexp.lab import Status, check_function, command
 from reluexp.lab.calls import raised
 from reluexp.lab.cases import sample
 from tests import corpus
-from tests.helpers import REPO_ROOT, run_cli, seed_loop
+from tests.helpers import REPO_ROOT, SHIPPED_ACTIVATIONS, run_cli, tensorboard
 
 pytestmark = pytest.mark.compat
-
-SHIPPED = sorted(
-    p.stem for p in (REPO_ROOT / "conf" / "activation").glob("*.yaml") if p.stem != "custom"
-)
 
 
 def run_check(tmp_path, *overrides):
@@ -42,7 +37,7 @@ def finding(report, check):
 FAILING = {"wrong", "fails at large inputs", "differs from its reference", "error of the lab"}
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", SHIPPED_ACTIVATIONS)
 def test_every_shipped_activation_passes(tmp_path, name):
     code, report = run_check(tmp_path, f"activation={name}")
     assert code == 0 and report["passed"], report["findings"]
@@ -120,7 +115,9 @@ def test_the_output_is_a_line_per_failing_group_and_the_table_is_behind_verbose(
     assert "gradgradcheck (4, 5)" in table and "PASS" in table
 
 
-def test_myrelu_against_relu_parts_where_an_independent_loop_parts(tmp_path):
+def test_myrelu_against_relu_parts_where_an_independent_loop_parts(
+    tmp_path, seed_steps, seed_steps_with_torch_relu
+):
     code, report = run_check(tmp_path, "activation=myrelu")
     assert code == 0
     # Its backward is the derivative of its own forward (clamp passes the gradient at 0, as
@@ -128,7 +125,7 @@ def test_myrelu_against_relu_parts_where_an_independent_loop_parts(tmp_path):
     assert statuses(report)["training parity"] == "pass"
     assert statuses(report)["kink at x=0"] == "convention"
     assert "reference 0.0" in finding(report, "kink at x=0")["detail"]
-    custom, builtin = seed_loop(steps=200), seed_loop(relu=torch.relu, steps=200)
+    custom, builtin = seed_steps[:200], seed_steps_with_torch_relu[:200]
     parted = next(t for t, (a, b) in enumerate(zip(custom, builtin)) if a["loss"] != b["loss"])
     relative = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(custom, builtin))
     training = report["training"]["float32 reference"]
@@ -379,8 +376,7 @@ def test_the_picture_shows_the_function_its_oracle_and_its_reference(tmp_path):
     assert png.startswith(b"\x89PNG") and len(png) > 20_000
     assert "| kinks | kink at x=-3 |" in (tmp_path / "check.md").read_text()
     # The same picture and table in TensorBoard, in the check directory's own run.
-    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "tensors": 0})
-    events.Reload()
+    events = tensorboard(tmp_path)
     (image,) = events.Images("check/functions")
     assert image.encoded_image_string == png
     (text,) = events.Tensors("check/report")

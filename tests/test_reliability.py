@@ -1,6 +1,5 @@
 """Bad input, signals, divergence and resume: nothing lost, nothing silent."""
 
-import json
 import math
 import os
 import re
@@ -11,16 +10,21 @@ import time
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from reluexp.config import Config, ConfigError, config_from_dict
+from reluexp.config import ConfigError, config_from_dict
 from reluexp.run import losses as objectives
 from reluexp.run import runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
-from tests.helpers import run_cli
-
-# Small enough for thousands of steps a second, so a signal lands mid-run.
-SMALL = ["data.d_in=50", "model.hidden=20", "device=cpu", "print_every=1000000"]
+from tests.helpers import (
+    SMALL,
+    STEPS,
+    interrupted_run,
+    run_cli,
+    scalars,
+    small_config,
+    summary,
+    tensorboard,
+)
 
 BAD_INPUTS = [
     (["lr=0"], "reluexp: error: lr=0.0: must be finite and > 0"),
@@ -130,19 +134,6 @@ def test_bad_inputs_exit_nonzero_with_a_message_and_no_traceback(tmp_path):
     assert not list(tmp_path.glob("outputs/runs/*"))
 
 
-def losses(run_dir):
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    return [(e.step, e.value) for e in events.Scalars("loss/train")]
-
-
-def summary(run_dir):
-    return json.loads((run_dir / "summary.json").read_text())
-
-
-STEPS = 20_000
-
-
 def start_training(run_dir):
     """Start a run and return once it has written its first periodic checkpoint."""
     process = subprocess.Popen(
@@ -175,7 +166,7 @@ def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
     stopped = summary(run_dir)
     assert stopped["status"] == "interrupted" and 0 < stopped["steps_done"] < steps
     assert stopped["signal"] == signal.Signals(signum).name
-    stopped_losses = losses(run_dir)
+    stopped_losses = scalars(run_dir)["loss/train"]
     assert [s for s, _ in stopped_losses] == list(range(stopped["steps_done"]))
 
     run_cli(f"resume={run_dir}", cwd=tmp_path)
@@ -186,7 +177,7 @@ def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
     reference_dir = tmp_path / "uninterrupted"
     config = config_from_dict(stopped["config"])
     final_loss = runner.run(config, reference_dir).final_loss
-    assert losses(run_dir) == losses(reference_dir)
+    assert scalars(run_dir)["loss/train"] == scalars(reference_dir)["loss/train"]
     assert resumed["final_loss"] == final_loss
     weights = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["weights"]
     reference = torch.load(reference_dir / CHECKPOINT_NAME, weights_only=True)["weights"]
@@ -203,7 +194,7 @@ def test_second_signal_exits_at_once_and_leaves_files_readable(tmp_path):
     assert summary(run_dir)["status"] in ("running", "interrupted")
     if (run_dir / CHECKPOINT_NAME).exists():
         torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
-    assert losses(run_dir)
+    assert scalars(run_dir)["loss/train"]
 
 
 @pytest.mark.slow
@@ -216,16 +207,9 @@ def test_sigkill_leaves_the_run_marked_running_and_resumable(tmp_path):
     assert summary(run_dir)["status"] == "running"
     run_cli(f"resume={run_dir}", "hydra.job_logging.root.level=ERROR", cwd=tmp_path)
     assert summary(run_dir)["status"] == "completed"
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
+    events = tensorboard(run_dir)
     # Steps logged after the last checkpoint were purged on resume: each step appears once.
     assert [e.step for e in events.Scalars("loss/train")] == list(range(STEPS))
-
-
-def small_config(**fields):
-    config = Config(device="cpu", print_every=10**6, **fields)
-    config.data.d_in, config.model.hidden = 50, 20
-    return config
 
 
 def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
@@ -234,7 +218,7 @@ def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
     assert result["status"] == "diverged"
     step = result["diverged_at_step"]
     assert result["steps_done"] == step + 1 < 500
-    logged = losses(tmp_path)
+    logged = scalars(tmp_path)["loss/train"]
     assert [s for s, _ in logged] == list(range(step + 1))
     assert not math.isfinite(logged[-1][1]) and not math.isfinite(final_loss)
     assert all(math.isfinite(v) for _, v in logged[:-1])
@@ -244,7 +228,7 @@ def test_divergence_can_be_recorded_and_trained_through(tmp_path):
     runner.run(small_config(steps=100, lr=10.0, stop_on_divergence=False), tmp_path)
     result = summary(tmp_path)
     assert result["status"] == "diverged" and result["steps_done"] == 100
-    assert len(losses(tmp_path)) == 100
+    assert len(scalars(tmp_path)["loss/train"]) == 100
 
 
 def test_diverged_run_exits_zero(tmp_path):
@@ -260,16 +244,6 @@ def test_a_raising_activation_is_recorded_as_failed(tmp_path):
         runner.run(config, tmp_path)
     result = summary(tmp_path)
     assert result["status"] == "failed" and result["error"].startswith("RuntimeError:")
-
-
-def interrupted_run(run_dir):
-    """A run dir as a SIGINT leaves it: stopped before its last step, checkpoint written."""
-    config = small_config(steps=20, checkpoint_every=10)
-    runner.run(config, run_dir)
-    state = summary(run_dir)
-    state["status"] = "interrupted"
-    (run_dir / "summary.json").write_text(json.dumps(state))
-    return run_dir
 
 
 class Payload:

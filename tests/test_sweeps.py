@@ -12,7 +12,6 @@ import time
 
 import psutil
 import pytest
-import torch
 
 from reluexp.hydra_glue import compose_config
 from reluexp.record.events import read_scalars
@@ -21,8 +20,7 @@ from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import Job
 from reluexp.sweeps.report.outputs import write_report
 from reluexp.sweeps.report.statistics import Group, paired
-from tests.helpers import run_cli
-from tests.test_config import EXPERIMENTS
+from tests.helpers import EXPERIMENTS, fake_sweep, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -204,14 +202,14 @@ def test_slurm_preset_composes():
     ) == ("gpu", 60, 0, 1)
 
 
-def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
+def test_the_difference_to_the_reference_run_is_the_independent_loops(
+    tmp_path, seed_steps, seed_steps_with_torch_relu
+):
     """myrelu against relu, same seed: identical until the first exact zero, then log10 of
     |a - b| / |b| of the article's loop run twice, independently of reluexp; the final step's
     signed gap is the run's HParams metric."""
     from reluexp.config import Config
     from reluexp.record.tags import FINAL_LOSS_VS_REFERENCE, IDENTICAL_LOG10
-    from tests.helpers import seed_loop
-    from tests.test_edges import fake_sweep
 
     steps = 200
     configs = {}
@@ -224,8 +222,7 @@ def test_the_difference_to_the_reference_run_is_the_independent_loops(tmp_path):
     (custom_dir,) = tmp_path.glob("000_*")
     gap_tag = "loss_gap_log10/activation=myrelu"
     stored = read_scalars(custom_dir, [gap_tag, FINAL_LOSS_VS_REFERENCE])
-    custom = seed_loop(steps=steps)
-    builtin = seed_loop(relu=torch.relu, steps=steps)
+    custom, builtin = seed_steps[:steps], seed_steps_with_torch_relu[:steps]
     # The losses are float32 values, as the events hold them.
     expected = [(c["loss"] - b["loss"]) / abs(b["loss"]) for c, b in zip(custom, builtin)]
     expected_log10 = [math.log10(abs(gap)) if gap else IDENTICAL_LOG10 for gap in expected]

@@ -5,36 +5,20 @@ import math
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from reluexp.config import Config, ConfigError
 from reluexp.record.metrics import MetricRow, MetricStream
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
 from reluexp.run.update import WeightUpdate
-from tests.helpers import SeedRelu, run_cli, seed_loop
-
-
-def scalars(run_dir):
-    """tag -> [(step, value)] read back with TensorBoard's own reader."""
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
-    }
-
+from tests.helpers import SeedRelu, run_cli, scalars, seed_loop, tensorboard
 
 pytestmark = pytest.mark.compat
 
 
-@pytest.fixture(scope="module")
-def reference():
-    return seed_loop()
-
-
-def test_default_command_prints_the_seed_losses_bit_for_bit(tmp_path, reference):
+def test_default_command_prints_the_seed_losses_bit_for_bit(tmp_path, seed_steps):
     result = run_cli("device=cpu", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
-    expected = [f"{t} {r['loss']!r}" for t, r in enumerate(reference) if t % 100 == 99]
+    expected = [f"{t} {r['loss']!r}" for t, r in enumerate(seed_steps) if t % 100 == 99]
     assert result.stdout.splitlines() == expected
     # The log keeps them too; under load a run past 30 s also logs `progress:` lines there.
     log_lines = [
@@ -50,15 +34,15 @@ def default_run(tmp_path_factory):
     return run_dir, final_loss
 
 
-def test_events_hold_every_step_of_the_loop(default_run, reference):
+def test_events_hold_every_step_of_the_loop(default_run, seed_steps):
     run_dir, _ = default_run
     logged = scalars(run_dir)
     assert [step for step, _ in logged["loss/train"]] == list(range(500))
     # Event files store float32 scalars; the loss is float32, so it survives exactly.
-    assert [v for _, v in logged["loss/train"]] == [r["loss"] for r in reference]
-    assert [v for _, v in logged["units/exact_zeros"]] == [r["exact_zeros"] for r in reference]
+    assert [v for _, v in logged["loss/train"]] == [r["loss"] for r in seed_steps]
+    assert [v for _, v in logged["units/exact_zeros"]] == [r["exact_zeros"] for r in seed_steps]
     assert [v for _, v in logged["units/dead_fraction"]] == pytest.approx(
-        [r["dead_fraction"] for r in reference], abs=1e-7
+        [r["dead_fraction"] for r in seed_steps], abs=1e-7
     )
     for tag, key in [
         ("norm/grad_w1", "grad_w1"),
@@ -67,26 +51,26 @@ def test_events_hold_every_step_of_the_loop(default_run, reference):
     ]:
         torch.testing.assert_close(
             torch.tensor([v for _, v in logged[tag]]),
-            torch.tensor([r[key] for r in reference], dtype=torch.float32),
+            torch.tensor([r[key] for r in seed_steps], dtype=torch.float32),
             rtol=1e-5,
             atol=0,
         )
-    total = [math.hypot(r["grad_w1"], r["grad_w2"]) for r in reference]
+    total = [math.hypot(r["grad_w1"], r["grad_w2"]) for r in seed_steps]
     assert [v for _, v in logged["norm/grad_total"]] == pytest.approx(total, rel=1e-5)
 
 
-def test_exact_zero_preactivations_occur_in_the_reference(reference):
+def test_exact_zero_preactivations_occur_in_the_reference(seed_steps):
     # The finding the framework exists to show: myrelu and relu disagree at these inputs.
-    assert sum(r["exact_zeros"] > 0 for r in reference) > 100
+    assert sum(r["exact_zeros"] > 0 for r in seed_steps) > 100
 
 
-def test_summary_records_the_completed_run(default_run, reference):
+def test_summary_records_the_completed_run(default_run, seed_steps):
     run_dir, final_loss = default_run
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
     assert summary["steps_done"] == 500
-    assert summary["final_loss"] == final_loss == reference[-1]["loss"]
-    assert summary["min_loss"] == min(r["loss"] for r in reference)
+    assert summary["final_loss"] == final_loss == seed_steps[-1]["loss"]
+    assert summary["min_loss"] == min(r["loss"] for r in seed_steps)
     assert summary["device"] == "cpu" and summary["dtype"] == "float32" and summary["seed"] == 42
     assert summary["threads"] == torch.get_num_threads()
     assert summary["versions"]["torch"] == torch.__version__
@@ -94,10 +78,9 @@ def test_summary_records_the_completed_run(default_run, reference):
     assert summary["steps_per_s"] > 0 and summary["wall_time_s"] > 0
 
 
-def test_hparams_land_in_the_same_run(default_run, reference):
+def test_hparams_land_in_the_same_run(default_run, seed_steps):
     run_dir, _ = default_run
-    events = EventAccumulator(str(run_dir))
-    events.Reload()
+    events = tensorboard(run_dir)
     plugin_data = events.PluginTagToContent("hparams")
     assert set(plugin_data) == {
         "_hparams_/experiment",
@@ -106,24 +89,24 @@ def test_hparams_land_in_the_same_run(default_run, reference):
     }
     assert b"myrelu" in plugin_data["_hparams_/session_start_info"]
     final = events.Scalars("summary/final_loss")
-    assert [e.value for e in final] == [reference[-1]["loss"]]
+    assert [e.value for e in final] == [seed_steps[-1]["loss"]]
     assert not [p for p in run_dir.iterdir() if p.is_dir()]  # no sub-run
 
 
-def test_builtin_relu_matches_the_seed_loop_with_torch_relu(tmp_path):
+def test_builtin_relu_matches_the_seed_loop_with_torch_relu(tmp_path, seed_steps_with_torch_relu):
     steps = 60
-    reference = seed_loop(relu=torch.relu, steps=steps)
+    reference = seed_steps_with_torch_relu[:steps]
     config = Config(device="cpu", steps=steps)
     config.activation.name, config.activation.target = "relu", "torch.relu"
     runner.run(config, tmp_path)
     assert [v for _, v in scalars(tmp_path)["loss/train"]] == [r["loss"] for r in reference]
 
 
-def test_myrelu_and_relu_part_after_an_exact_zero(reference):
-    builtin = seed_loop(relu=torch.relu, steps=len(reference))
-    first_zero = next(t for t, r in enumerate(reference) if r["exact_zeros"])
+def test_myrelu_and_relu_part_after_an_exact_zero(seed_steps, seed_steps_with_torch_relu):
+    builtin = seed_steps_with_torch_relu
+    first_zero = next(t for t, r in enumerate(seed_steps) if r["exact_zeros"])
     first_difference = next(
-        t for t, (a, b) in enumerate(zip(reference, builtin)) if a["loss"] != b["loss"]
+        t for t, (a, b) in enumerate(zip(seed_steps, builtin)) if a["loss"] != b["loss"]
     )
     # Equal up to the step whose backward first met an exact zero; its update differs.
     assert first_difference == first_zero + 1
@@ -137,13 +120,12 @@ def test_deeper_mlp_logs_a_norm_per_weight(tmp_path):
     assert {"norm/grad_w1", "norm/grad_w2", "norm/grad_w3", "norm/weight_w3"} <= tags
 
 
-def test_float64_starts_from_the_same_draw(tmp_path):
+def test_float64_starts_from_the_same_draw(tmp_path, seed_steps):
     steps = 3
     config = Config(device="cpu", steps=steps, dtype="float64")
     final64 = runner.run(config, tmp_path / "f64").final_loss
-    reference = seed_loop(steps=steps)
-    assert final64 == pytest.approx(reference[-1]["loss"], rel=1e-4)
-    assert final64 != reference[-1]["loss"]
+    assert final64 == pytest.approx(seed_steps[steps - 1]["loss"], rel=1e-4)
+    assert final64 != seed_steps[steps - 1]["loss"]
 
 
 def test_log_every_records_every_nth_step_and_the_last(tmp_path):
@@ -160,7 +142,7 @@ def test_missing_device_is_an_error_not_a_fallback(tmp_path):
     assert not (tmp_path / "summary.json").exists()
 
 
-def test_seed_relu_copy_is_the_seed(reference):
+def test_seed_relu_copy_is_the_seed(seed_steps):
     assert SeedRelu.apply(torch.tensor([0.0], requires_grad=True)).item() == 0.0
 
 

@@ -1,16 +1,27 @@
-"""A parallel sweep's worker processes (joblib's): found through psutil, stopped by the sweep."""
+"""A parallel sweep's worker processes (joblib's): stopped by the sweep on a signal, each at a
+step boundary, and waited for by their jobs' records, not by their exits.
+
+Why not by their exits: joblib's executor takes a worker that exits for a crash and kills the
+others at once, so a worker that stopped first would cost a slower one its checkpoint. A stopped
+worker therefore waits for its sweep to end (exit_when_the_sweep_ends), and the sweep waits
+until no job of it is still `running`."""
 
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-# How long the stopped workers get to reach a step boundary and checkpoint before they are
-# killed.
+from reluexp.record.summary import RunSummary, SummaryError
+
+# How long the stopped jobs get to reach a step boundary and checkpoint before their workers
+# are killed.
 STOP_TIMEOUT_S = 120.0
+POLL_S = 0.1
 
 
 def in_worker_processes(hydra_config: DictConfig) -> bool:
@@ -18,10 +29,23 @@ def in_worker_processes(hydra_config: DictConfig) -> bool:
     return "joblib" in str(hydra_config.launcher.get("_target_", ""))
 
 
-def stop_workers(signum: int, timeout: float = STOP_TIMEOUT_S) -> None:
-    """Pass the signal on to this process's worker processes and wait for each to end; kill what
-    outlives the timeout. loky's resource tracker is left alone: it ends by itself once the
-    workers are gone (signalled, it prints a traceback)."""
+def running_jobs(sweep_dir: Path) -> list[Path]:
+    """The sweep's job directories whose run still says `running`."""
+    found = []
+    for summary in sweep_dir.glob("*/summary.json"):
+        try:
+            if RunSummary.read(summary.parent).status == "running":
+                found.append(summary.parent)
+        except SummaryError:  # being rewritten this instant: look again
+            found.append(summary.parent)
+    return found
+
+
+def stop_workers(sweep_dir: Path, signum: int, timeout: float = STOP_TIMEOUT_S) -> None:
+    """Pass the signal on to this process's workers and wait until none of the sweep's jobs is
+    `running` (each recorded `interrupted` at a step boundary); kill the workers then, and any
+    that has not recorded its job by the timeout. loky's resource tracker is left alone: it ends
+    by itself once the workers are gone (signalled, it prints a traceback)."""
     import psutil  # the `sweeps` extra's, as joblib is
 
     def is_worker(child: psutil.Process) -> bool:
@@ -34,22 +58,36 @@ def stop_workers(signum: int, timeout: float = STOP_TIMEOUT_S) -> None:
     for worker in workers:
         with contextlib.suppress(psutil.NoSuchProcess):
             worker.send_signal(signum)
-    _, alive = psutil.wait_procs(workers, timeout=timeout)
-    for worker in alive:
+    deadline = time.monotonic() + timeout
+    while running_jobs(sweep_dir) and time.monotonic() < deadline:
+        if not any(worker.is_running() for worker in workers):
+            break  # nobody left to record them
+        time.sleep(POLL_S)
+    for worker in workers:
         with contextlib.suppress(psutil.NoSuchProcess):
             worker.kill()
+    psutil.wait_procs(workers, timeout=timeout)
 
 
-def stop_workers_on_signals(write_summary: Callable[[], object]) -> None:
+def stop_workers_on_signals(sweep_dir: Path, write_summary: Callable[[], object]) -> None:
     """SIGINT/SIGTERM to a parallel sweep reach its workers: each job stops at a step boundary
     (checkpoint, `interrupted`); then the sweep summary is written and the sweep exits."""
 
     def stop(signum: int, frame: Any) -> None:
         signal.signal(signum, signal.SIG_IGN)  # one stop at a time
-        stop_workers(signum)
+        stop_workers(sweep_dir, signum)
         write_summary()
         # Exit now: the launcher would only wait on workers that are gone.
         os._exit(128 + signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)
+
+
+def exit_when_the_sweep_ends(code: int) -> None:
+    """A stopped worker's end: it takes no further job, and exits once its sweep has (or is
+    killed by it), so that joblib never sees it exit first (module docstring)."""
+    sweep = os.getppid()
+    while os.getppid() == sweep:
+        time.sleep(POLL_S)
+    os._exit(code)
