@@ -18,6 +18,7 @@ from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp.hydra_glue import compose_config, task_config
 from reluexp.run import runner
 from reluexp.run.batches import Batches
+from reluexp.run.data import read_data
 from reluexp.run.process import keep_freed_memory
 from reluexp.run.state import seeded_data
 
@@ -35,7 +36,7 @@ def config(steps: int, log_every: int | None = None):
 def plain_loop(steps: int) -> float:
     """The same training by hand: seconds per step."""
     chosen = config(steps)
-    data, generator = seeded_data(chosen)
+    data, generator = seeded_data(chosen, read_data(chosen))
     sizes = data.layer_sizes(chosen.model.hidden)
     weights = [
         (torch.randn(a, b, generator=generator) * (2 / a) ** 0.5).requires_grad_()

@@ -96,7 +96,6 @@ VARIANTS = {
 WHOLE_PROCESS_STEPS = (1, 6000)
 # python -m reluexp without reluexp.__main__'s gc.freeze() at the end.
 WITHOUT_FREEZE = "import sys; from reluexp.cli import main; main()"
-# The streamed loop's time per step, in a fresh process of the given python.
 # The streamed loop's time per step, in a fresh process of the given python (this tree's
 # layout, or an older commit's reluexp.train).
 LOOP_IN_A_PROCESS = """

@@ -157,11 +157,13 @@ def check_resume(config: DictConfig) -> None:
         summary = RunSummary.read(Path(config.resume))
     except SummaryError as error:
         raise ConfigError(f"resume={error}") from None
-    # A resumed run keeps its own config; silently ignoring a changed value would mislead.
+    # A resumed run keeps its own config; silently ignoring a changed value would mislead. A
+    # dotted path it imports may be named again, as it stands, to confirm it (runner.resume).
+    stored = OmegaConf.create(summary.config or {})
     changed = [
         o
         for o in config.hydra.overrides.task
-        if not o.startswith(("resume=", "quiet=", "verbose="))
+        if not o.startswith(("resume=", "quiet=", "verbose=")) and not is_confirmation(o, stored)
     ]
     if changed:
         raise ConfigError(
@@ -170,7 +172,7 @@ def check_resume(config: DictConfig) -> None:
     if summary.ended:
         print(
             f"reluexp: {config.resume} already {summary.status} after {summary.steps_done} "
-            f"steps, final loss {summary.final_loss!r}; nothing to resume",
+            f"steps, {final_loss_text(summary)}; nothing to resume",
             file=sys.stderr,
         )
         sys.exit(0)
@@ -186,6 +188,33 @@ def threads_for(hydra_config: DictConfig) -> int | None:
     return max(1, cores // min(n_jobs, cores))
 
 
+# What `resume=DIR key=path` may name to confirm a stored dotted path (runner.imported_paths).
+CONFIRMABLE = ("activation.target", "activation.surrogate", "data.loader")
+
+
+def is_confirmation(override: str, stored: DictConfig) -> bool:
+    """`key=path` for a dotted path the stored config holds as it is."""
+    key, _, value = override.partition("=")
+    return key in CONFIRMABLE and OmegaConf.select(stored, key) == value
+
+
+def confirmed_paths(config: Config, hydra_config: DictConfig) -> list[str]:
+    """The dotted paths a resume may import beyond reluexp's and torch's: those named again on
+    this command line; for a requeued SLURM job, its own config's (the job that started it)."""
+    from reluexp.run.runner import imported_paths
+
+    if config.resume is not None:
+        return [o for o in hydra_config.overrides.task if o.partition("=")[0] in CONFIRMABLE]
+    return [f"{key}={path}" for key, path in imported_paths(config).items()]
+
+
+def final_loss_text(summary: RunSummary) -> str:
+    """`final loss 639.53...`, or why there is none (summary.json holds null for NaN/inf)."""
+    if summary.final_loss is None:
+        return "no finite final loss"
+    return f"final loss {summary.final_loss!r}"
+
+
 def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
     """The run's outcome in one line: its directory, how to resume it, how to see it."""
     summary = summary or RunSummary.read(run_dir)
@@ -197,7 +226,9 @@ def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
         log_file = shown_path(run_dir / "reluexp.log")
         line += f": {summary.error}. Run dir: {shown} (traceback in {log_file})."
     else:
-        line += f", final loss {summary.final_loss!r}. Run dir: {shown}."
+        if summary.status == "diverged" and summary.diverged_on:
+            line += f" (non-finite {summary.diverged_on} at step {summary.diverged_at_step})"
+        line += f", {final_loss_text(summary)}. Run dir: {shown}."
     if summary.warnings:
         line += f" Warnings: {'; '.join(summary.warnings)}."
     if summary.status == "interrupted":
@@ -291,7 +322,9 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
     try:
         with StopSignals(second_exits=not worker) as stop:
             if config.resume is not None or requeued(run_dir):
-                result = runner.resume(run_dir, stop=stop)
+                result = runner.resume(
+                    run_dir, stop=stop, confirmed=confirmed_paths(config, hydra_config)
+                )
             else:
                 result = runner.run(
                     config,

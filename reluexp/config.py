@@ -132,7 +132,8 @@ class Config:
     print_every: int = 100
     # Steps between checkpoints (0: only at the end and on SIGINT/SIGTERM).
     checkpoint_every: int = 0
-    # A non-finite loss ends the run as `diverged`; false records the step and trains on.
+    # A non-finite loss, gradient or weight ends the run as `diverged`; false records the
+    # step and trains on.
     stop_on_divergence: bool = True
     # A run directory to continue, with its own config.
     resume: str | None = None

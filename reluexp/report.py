@@ -1,4 +1,4 @@
-"""`python -m reluexp.report SWEEP_DIR`: a sweep's summary (reluexp/sweeps/report.py)."""
+"""`python -m reluexp.report SWEEP_DIR`: a sweep's report (reluexp/sweeps/report/command.py)."""
 
 import sys
 

@@ -149,6 +149,22 @@ def tensorboard(run_dir: Path):
     return events
 
 
+def plugin_scalars(run_dir: Path, tag: str) -> dict[int, float]:
+    """step -> value of one scalar tag as TensorBoard's plugin reader loads it (what its
+    Python data path, `--load_fast=false`, shows), asserting that no step appears twice."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+    from tensorboard.util import tensor_util
+
+    events = plugin_event_accumulator.EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    points = [
+        (e.step, tensor_util.make_ndarray(e.tensor_proto).item()) for e in events.Tensors(tag)
+    ]
+    steps = [step for step, _ in points]
+    assert len(steps) == len(set(steps)), f"steps shown twice: {steps}"
+    return dict(points)
+
+
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """tag -> [(step, value)] of every scalar tag, read with TensorBoard's reader."""
     events = tensorboard(run_dir)

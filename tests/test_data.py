@@ -2,7 +2,6 @@
 held-out split and accuracy; activations that learn, trained and resumed like the weights."""
 
 import builtins
-import math
 import os
 import signal
 
@@ -16,7 +15,7 @@ from reluexp.record import progress
 from reluexp.record.events import read_scalars
 from reluexp.run import runner
 from reluexp.run.signals import StopSignals
-from tests.helpers import summary
+from tests.helpers import run_cli, summary
 
 pytestmark = pytest.mark.compat
 
@@ -105,7 +104,8 @@ def test_a_file_of_ones_own_classification_and_regression(tmp_path, suffix):
         if task == "classification":
             assert state["val_accuracy"] > 0.85  # 50 held-out examples, given
         else:
-            assert math.isnan(state["val_accuracy"]) and state["val_loss"] < state["min_loss"] * 50
+            assert state["val_accuracy"] is None  # regression has no accuracy: null
+            assert state["val_loss"] < state["min_loss"] * 50
 
 
 def torchvision_mnist_format():
@@ -161,6 +161,82 @@ def test_data_mistakes_are_one_line(tmp_path, monkeypatch):
     config = task_config(compose_config(["data=file", f"data.path={tmp_path / 'bad.npz'}"]))
     with pytest.raises(ConfigError, match="needs arrays named x and y"):
         runner.run(config, tmp_path / "file")
+
+
+GOOD_X = numpy.zeros((60, 3), dtype=numpy.float32)
+GOOD_Y = numpy.arange(60) % 10
+
+
+class Pickled:
+    """Not a tensor: what a malicious .pt holds."""
+
+
+# 31.8: what a data file holds -> the one line that refuses it.
+BAD_DATA = {
+    "nan in x": (
+        {"x": numpy.full((60, 3), numpy.nan, dtype=numpy.float32), "y": GOOD_Y},
+        "x holds NaN or inf",
+    ),
+    "labels 10..19": ({"x": GOOD_X, "y": GOOD_Y + 10}, "class targets run from 10 to 19"),
+    "labels of 1e12": (
+        {"x": GOOD_X, "y": numpy.full(60, 10**12)},
+        "class targets run from 1000000000000 to 1000000000000",
+    ),
+    "60 inputs, 59 targets": (
+        {"x": GOOD_X, "y": GOOD_Y[:59]},
+        r"60 training inputs but 59 targets \(x \(60, 3\), y \(59,\)\)",
+    ),
+    "x_val without y_val": (
+        {"x": GOOD_X, "y": GOOD_Y, "x_val": GOOD_X},
+        "has one of x_val and y_val; give both, or neither",
+    ),
+    "0-d x": ({"x": numpy.float32(1.0), "y": GOOD_Y}, r"x must be \(N, D\) with N >= 1, got \(\)"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_DATA)
+def test_data_is_checked_before_anything_is_made(tmp_path, case):
+    arrays, message = BAD_DATA[case]
+    path = tmp_path / "data.npz"
+    numpy.savez(path, **arrays)
+    config = task_config(compose_config(["data=file", f"data.path={path}"]))
+    # A file's own contents are named by its path; the arrays, by the data they make.
+    with pytest.raises(ConfigError, match=rf"^data(=file|\.path=\S+): {message}"):
+        runner.prepare(config)
+
+
+def test_a_data_path_that_is_a_directory_or_a_pickle_is_refused_in_its_own_words(tmp_path):
+    config = task_config(compose_config(["data=file", f"data.path={tmp_path}"]))
+    with pytest.raises(ConfigError, match="is a directory; expected a .npz or a .pt file"):
+        runner.prepare(config)
+    marker = tmp_path / "ran"
+    torch.save({"x": torch.zeros(3, 2), "y": Pickled()}, tmp_path / "evil.pt")
+    config = task_config(compose_config(["data=file", f"data.path={tmp_path / 'evil.pt'}"]))
+    with pytest.raises(ConfigError) as refused:
+        runner.prepare(config)
+    assert "holds more than tensors" in str(refused.value)
+    assert "weights_only" not in str(refused.value)  # torch's advice, never passed on
+    assert not marker.exists()
+
+
+def test_real_datas_memory_check_names_its_own_sizes(monkeypatch):
+    monkeypatch.setattr("reluexp.run.device.available_memory", lambda device: 2**20)
+    config = task_config(compose_config(["data=digits"]))
+    with pytest.raises(ConfigError, match=r"^data=digits \(1797 examples of 64 inputs, 10 outputs"):
+        runner.prepare(config)
+
+
+@pytest.mark.slow
+def test_a_data_mistake_leaves_no_run_directory(tmp_path):
+    path = tmp_path / "data.npz"
+    numpy.savez(path, x=GOOD_X, y=GOOD_Y[:59])
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "data=file", f"data.path={path}", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("reluexp: error: data=file: 60 training inputs")
+    assert not run_dir.exists()
 
 
 def prelu_config(target: str, **fields) -> Config:

@@ -558,8 +558,8 @@ def test_resume_never_imports_code_from_the_run_directory(tmp_path, monkeypatch)
     torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
     with pytest.raises(
         ConfigError, match="code in or beside a run directory, or in an outputs tree, is never"
-    ):
-        runner.resume(run_dir)
+    ):  # even when the user confirms the path
+        runner.resume(run_dir, confirmed=["activation.target=outputs.runs.r.evil.relu"])
     assert not marker.exists()
 
 
@@ -598,8 +598,53 @@ def test_resume_never_imports_a_module_beside_the_run_directory(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     forged_target(run_dir, "beside.relu", {})
     with pytest.raises(ConfigError, match="'beside' is in .*shared: code in or beside a run"):
-        runner.resume(run_dir)
+        runner.resume(run_dir, confirmed=["activation.target=beside.relu"])
     assert not marker.exists()
+
+
+def test_resume_imports_a_path_outside_reluexp_and_torch_only_once_named_again(
+    tmp_path, monkeypatch
+):
+    """31.1: a run directory naming another module's code (antigravity opens a browser on
+    import) is refused before the import, with the command that confirms it."""
+    run_dir = interrupted_run(tmp_path / "shared" / "run")
+    marker = tmp_path / "imported"
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / "elsewhere.py").write_text(
+        f"import pathlib, torch\npathlib.Path({str(marker)!r}).touch()\nrelu = torch.relu\n"
+    )
+    monkeypatch.syspath_prepend(str(library))
+    monkeypatch.chdir(tmp_path)
+    forged_target(run_dir, "elsewhere.relu", {})
+    message = (
+        f"resume={run_dir}: its config names activation.target=elsewhere.relu, which is not "
+        "reluexp's or torch's; nothing was imported. If you trust it, name it again: "
+        f"python -m reluexp resume={run_dir} activation.target=elsewhere.relu"
+    )
+    with pytest.raises(ConfigError) as refused:
+        runner.resume(run_dir)
+    assert str(refused.value) == message
+    assert not marker.exists()
+    with pytest.raises(ConfigError, match="not reluexp's or torch's"):  # another path confirmed
+        runner.resume(run_dir, confirmed=["activation.target=elsewhere.other"])
+    assert not marker.exists()
+    result = runner.resume(run_dir, confirmed=["activation.target=elsewhere.relu"])
+    assert marker.exists() and result.status == "completed"
+
+
+@pytest.mark.slow
+def test_resume_takes_the_confirmation_on_its_command_line(tmp_path):
+    run_dir = interrupted_run(tmp_path / "run")
+    (tmp_path / "mine.py").write_text("import torch\nrelu = torch.relu\n")
+    forged_target(run_dir, "mine.relu", {})
+    refused = run_cli(f"resume={run_dir}", cwd=tmp_path, check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().endswith(f"resume={run_dir} activation.target=mine.relu")
+    other = run_cli(f"resume={run_dir}", "activation.target=mine.other", cwd=tmp_path, check=False)
+    assert "a resumed run keeps its own config; drop activation.target=mine.other" in other.stderr
+    run_cli(f"resume={run_dir}", "activation.target=mine.relu", cwd=tmp_path)
+    assert summary(run_dir)["status"] == "completed"
 
 
 def directory_state(run_dir):

@@ -6,8 +6,20 @@ import pytest
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 
-from reluexp.record.events import EventWriter, ScalarEvents, read_scalars, varint
-from tests.helpers import tensorboard
+from reluexp.record.events import (
+    EventWriter,
+    ScalarEvents,
+    read_scalars,
+    varint,
+    write_derived,
+)
+from tests.helpers import plugin_scalars, tensorboard
+
+# A 1x1 PNG.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000000000500010d0a2db40000000049454e44ae426082"
+)
 
 pytestmark = pytest.mark.compat
 
@@ -45,16 +57,18 @@ def tensorboards_view(run_dir, tags):
 
 def test_read_scalars_sees_a_resumed_run_as_tensorboard_does(tmp_path):
     tags = ["loss/train", "grad_norm/w1", "never/written"]
-    first = EventWriter(tmp_path)
+    first = EventWriter(tmp_path, start_step=0)
     first.scalars(tags[:2], range(10), [1.0] * 10, [[step + 0.5, -step] for step in range(10)])
     first.close()
     # The resumed part starts again at step 6: what the first part logged from there is dropped.
-    resumed = EventWriter(tmp_path, purge_step=6)
+    resumed = EventWriter(tmp_path, start_step=6)
     resumed.scalars(tags[:2], range(6, 8), [2.0] * 2, [[100.0, 7.0], [101.0, 8.0]])
     resumed.close()
     ours = read_scalars(tmp_path, tags)
     assert ours["loss/train"] == {**{s: s + 0.5 for s in range(6)}, 6: 100.0, 7: 101.0}
     assert ours == tensorboards_view(tmp_path, tags)
+    # 31.7: and as TensorBoard's plugin reader (`--load_fast=false`) does, one point per step.
+    assert plugin_scalars(tmp_path, "loss/train") == ours["loss/train"]
 
 
 def test_read_scalars_stops_at_a_torn_record(tmp_path):
@@ -65,3 +79,31 @@ def test_read_scalars_stops_at_a_torn_record(tmp_path):
     intact = events_file.read_bytes()
     events_file.write_bytes(intact[:-5])  # the last record's tail never reached the disk
     assert read_scalars(tmp_path, ["loss/train"]) == {"loss/train": {0: 3.0}}
+
+
+def test_a_derived_file_is_written_aside_under_a_name_tensorboard_never_lists(
+    tmp_path, monkeypatch
+):
+    """31.3: while a report writes, the run directory holds no extra run (no subdirectory)
+    and no second event file; a write killed mid-way (its temp file left, torn) changes
+    nothing of the next one; two writers never share a temp file."""
+    seen = []
+    images = EventWriter.images
+
+    def look_mid_write(writer, pngs):
+        images(writer, pngs)
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+
+    monkeypatch.setattr(EventWriter, "images", look_mid_write)
+    (tmp_path / ".reluexp-report.killed.tmp").write_bytes(b"\x10\x00torn")  # a killed write's
+    for _ in range(2):
+        write_derived(tmp_path, "report", series={"a/b": {0: 1.0, 1: 2.0}}, images={"i": PNG})
+    final = "events.out.tfevents.reluexp-report"
+    for names in seen:
+        assert [n for n in names if "tfevents" in n] in ([], [final])
+        assert not any((tmp_path / n).is_dir() for n in names)
+        assert len([n for n in names if n.endswith(".tmp")]) == 2  # the killed one and its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".reluexp-report.killed.tmp", final]
+    events = tensorboard(tmp_path)
+    assert [(e.step, e.value) for e in events.Scalars("a/b")] == [(0, 1.0), (1, 2.0)]
+    assert len(events.Images("i")) == 1

@@ -19,6 +19,7 @@ from tests.helpers import (
     SMALL,
     STEPS,
     interrupted_run,
+    plugin_scalars,
     run_cli,
     scalars,
     small_config,
@@ -208,8 +209,10 @@ def test_sigkill_leaves_the_run_marked_running_and_resumable(tmp_path):
     run_cli(f"resume={run_dir}", "hydra.job_logging.root.level=ERROR", cwd=tmp_path)
     assert summary(run_dir)["status"] == "completed"
     events = tensorboard(run_dir)
-    # Steps logged after the last checkpoint were purged on resume: each step appears once.
+    # Steps logged after the last checkpoint were purged on resume: each step appears once,
+    # in both of TensorBoard's readers (31.7).
     assert [e.step for e in events.Scalars("loss/train")] == list(range(STEPS))
+    assert list(plugin_scalars(run_dir, "loss/train")) == list(range(STEPS))
 
 
 def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
@@ -218,10 +221,38 @@ def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
     assert result["status"] == "diverged"
     step = result["diverged_at_step"]
     assert result["steps_done"] == step + 1 < 500
-    logged = scalars(tmp_path)["loss/train"]
+    # The first non-finite value of the step (an exploding run's gradient norm overflows
+    # before its loss does) is named, and the steps before it were finite.
+    on = result["diverged_on"]
+    tag = {"loss": "loss/train"}.get(on) or on.replace("gradient norm of ", "norm/grad_")
+    logged = scalars(tmp_path)[tag.replace("norm of ", "norm/weight_")]
     assert [s for s, _ in logged] == list(range(step + 1))
-    assert not math.isfinite(logged[-1][1]) and not math.isfinite(final_loss)
+    assert not math.isfinite(logged[-1][1])
     assert all(math.isfinite(v) for _, v in logged[:-1])
+    assert math.isfinite(final_loss) == (on != "loss")
+
+
+def test_non_finite_gradients_diverge_naming_the_tensor(tmp_path):
+    """31.4: a NaN surrogate slope makes every gradient NaN while the loss stays finite."""
+    config = small_config(steps=30, lr=1e-4)
+    config.model.init = "scaled"
+    config.activation = config_from_dict(
+        {
+            "activation": {
+                "name": "spike",
+                "target": "reluexp.functions.Spike",
+                "params": {"slope": math.nan},
+            }
+        }
+    ).activation
+    result = runner.run(config, tmp_path)
+    state = summary(tmp_path)
+    assert (result.status, state["diverged_at_step"], state["diverged_on"]) == (
+        "diverged",
+        0,
+        "gradient norm of w1",
+    )
+    assert math.isfinite(result.final_loss)
 
 
 def test_divergence_can_be_recorded_and_trained_through(tmp_path):
@@ -234,7 +265,10 @@ def test_divergence_can_be_recorded_and_trained_through(tmp_path):
 def test_diverged_run_exits_zero(tmp_path):
     result = run_cli("lr=10", "steps=200", f"hydra.run.dir={tmp_path}", *SMALL, cwd=tmp_path)
     assert result.returncode == 0
-    assert "diverged: non-finite loss at step" in result.stdout + result.stderr
+    assert re.search(
+        r"diverged: non-finite (loss|gradient norm of w\d|norm of w\d) at step \d+",
+        result.stdout + result.stderr,
+    )
 
 
 def test_a_raising_activation_is_recorded_as_failed(tmp_path):

@@ -18,9 +18,9 @@ from reluexp.record.events import read_scalars
 from reluexp.record.summary import RunSummary
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import Job
-from reluexp.sweeps.report.outputs import write_report
-from reluexp.sweeps.report.statistics import Group, paired
-from tests.helpers import EXPERIMENTS, fake_sweep, run_cli
+from reluexp.sweeps.report.outputs import markdown_table, write_report
+from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
+from tests.helpers import EXPERIMENTS, fake_sweep, run_cli, small_config
 
 pytestmark = pytest.mark.slow
 
@@ -312,3 +312,71 @@ def test_the_paired_comparison_is_a_t_interval_over_seeds():
     comparison = paired(losses)
     assert comparison.differences == pytest.approx([0.1, 0.1])
     assert comparison.verdict == "custom worse by 10% ± 0% final loss over 2 seeds"
+
+
+def test_paired_numbers_are_over_the_paired_seeds_and_name_the_others():
+    """31.5: the reference's seeds 3 and 4 missing: the gap and the verdict are over seeds
+    0-2 alone, and the verdict names the seeds left out."""
+    group = paired_group([1.1, 2.2, 3.3], [1.0, 2.0, 3.0], "final_loss")
+    group.reference = Group("activation=relu")
+    for seed in (3, 4):  # custom jobs without a reference job
+        group.jobs.append(Job(None, RunSummary(status="completed", seed=seed, final_loss=50.0)))
+    comparison = paired(group)
+    assert comparison.differences == pytest.approx([0.1, 0.1, 0.1])
+    assert comparison.unpaired == [3, 4]
+    assert comparison.verdict == (
+        "custom worse by 10% ± 0% final loss over 3 seeds (unpaired, left out: seed 3, 4)"
+    )
+    assert relative_gap(group) == pytest.approx(0.1)
+
+
+def test_accuracy_says_how_many_jobs_it_is_over():
+    """31.5: one job's val_accuracy null: the table's accuracy is over 2 of 3 jobs, and says so."""
+    group = Group("activation=relu")
+    for seed, accuracy in enumerate([0.8, None, 0.9]):
+        summary = RunSummary(status="completed", seed=seed, final_loss=1.0, val_accuracy=accuracy)
+        group.jobs.append(Job(None, summary))
+    (row,) = summary_rows([group])
+    assert row["val_accuracy_jobs"] == 2
+    assert "85.00% ± 7.07% (over 2 of 3 completed jobs)" in markdown_table([row])
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, None])
+def test_a_report_takes_a_non_finite_or_null_final_loss(value):
+    """31.6: each pair with NaN, inf or null on one side is left out, named, without a
+    traceback."""
+    group = paired_group([1.1, value, 3.3], [1.0, 2.0, 3.0], "final_loss")
+    group.reference = Group("activation=relu")
+    comparison = paired(group)
+    assert comparison.differences == pytest.approx([0.1, 0.1])
+    assert comparison.verdict.endswith("(unpaired, left out: seed 1)")
+    (row,) = summary_rows([group])
+    assert row["final_loss_mean"] == pytest.approx(2.2) and row["paired_seeds"] == 2
+
+
+def test_summary_json_is_strict_json(tmp_path):
+    """31.6: NaN and inf are written as null (json.loads with NaN refused reads every file)."""
+    RunSummary(status="diverged", final_loss=math.nan, min_loss=math.inf).write(tmp_path)
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    written = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)
+    assert (written["final_loss"], written["min_loss"]) == (None, None)
+    assert RunSummary.read(tmp_path).final_loss is None
+
+
+@pytest.mark.slow
+def test_a_report_draws_whatever_mplbackend_says(tmp_path):
+    """31.6: an MPLBACKEND matplotlib does not know does not stop the report's figures."""
+    sweep_dir = tmp_path / "sweep"
+    fake_sweep(sweep_dir, {"activation=relu": small_config(steps=3)})
+    result = subprocess.run(
+        [sys.executable, "-m", "reluexp.report", str(sweep_dir)],
+        env={**os.environ, "MPLBACKEND": "nonsense"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (sweep_dir / "loss_curves.png").read_bytes().startswith(b"\x89PNG")

@@ -19,6 +19,16 @@ from reluexp.config import ConfigError
 Activation = Callable[[torch.Tensor], torch.Tensor]
 
 
+# The packages whose code a resumed run imports from its stored config without asking: any
+# other module's import-time code would run just because a run directory names it.
+OWN_PACKAGES = ("reluexp", "torch")
+
+
+def is_own(path: str) -> bool:
+    """A dotted path into reluexp or torch (OWN_PACKAGES)."""
+    return path.split(".", 1)[0] in OWN_PACKAGES
+
+
 def data_location(place: Path, run_dir: Path) -> bool:
     """A place whose code a run never imports, being data: inside its run directory or an
     `outputs` tree, or a module or package directly in a directory above the run directory

@@ -14,6 +14,7 @@ from reluexp.lab.findings import Report
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
 from reluexp.record.events import loss_gap_series, write_derived
+from reluexp.record.figures import new_figure
 from reluexp.record.summary import write_json_atomic
 
 
@@ -40,11 +41,9 @@ def draw_check(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str, 
     """Forward above, backward below: the Function's, its oracle's (the derivative it is judged
     against) and the reference's, kinks as dotted lines, the largest backward difference from
     the oracle marked."""
-    from matplotlib.figure import Figure
-
     c = curves(subject, oracle, kinks)
     grid = c["x"].detach()
-    figure = Figure(figsize=(8, 6.5))
+    figure = new_figure(figsize=(8, 6.5))
     top, bottom = figure.subplots(2, 1, sharex=True)
     if "reference" in c:
         top.plot(grid, c["reference"], color="tab:gray", linewidth=3, alpha=0.5, label="reference")

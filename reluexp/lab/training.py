@@ -22,6 +22,7 @@ from reluexp.lab.findings import Finding, Status
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
 from reluexp.run import runner
+from reluexp.run.data import read_data
 from reluexp.run.state import build_state, seeded_data
 
 # A wrong backward parts the float64 pair at the first update; more steps decide no better.
@@ -314,7 +315,8 @@ def preactivations(config: Config, last: Side | None) -> dict[str, torch.Tensor]
     float64 run's last), in float32, the experiment's dtype."""
     first = copy.deepcopy(config)
     first.dtype = Dtype.float64
-    data, state = build_state(first, torch.device("cpu"), seeded_data(first), None)
+    seeded = seeded_data(first, read_data(first))
+    data, state = build_state(first, torch.device("cpu"), seeded, None)
     found = {"first step": (data.x @ state.weights[0].detach()).float()}
     if last is not None:
         weights = last.result.state.weights[0].detach().cpu().double()

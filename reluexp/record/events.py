@@ -3,9 +3,9 @@
 import itertools
 import math
 import os
-import shutil
 import socket
 import struct
+import tempfile
 import time
 from array import array
 from collections.abc import Iterator, Sequence
@@ -225,13 +225,17 @@ def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, floa
 class EventWriter:
     """Streams one run's scalars, hparams and chart layout into one TensorBoard run (its dir)."""
 
-    def __init__(self, run_dir: Path, purge_step: int | None = None, file_name: str | None = None):
+    def __init__(self, run_dir: Path, start_step: int | None = None, file_name: str | None = None):
+        """start_step: where a training session starts (0, or a resumed run's checkpoint step);
+        None for a file that is not one (a report's). TensorBoard's readers take a run's first
+        SessionLog START as its start and each later one as a restart, dropping the events at
+        or after its step that the lost part of an interrupted run had logged: so a fresh run
+        writes one too, or its resume's would only count as the first."""
         self._events = EventFile(run_dir, file_name)
         self._encoders: dict[tuple[str, ...], ScalarEvents] = {}
-        if purge_step is not None:
-            # A resumed run: TensorBoard drops events at or after this step left by the lost part.
+        if start_step is not None:
             start = SessionLog(status=SessionLog.START)
-            self._events.write([Event(wall_time=time.time(), step=purge_step, session_log=start)])
+            self._events.write([Event(wall_time=time.time(), step=start_step, session_log=start)])
 
     def scalars(
         self,
@@ -315,13 +319,16 @@ def write_derived(
 ) -> None:
     """What is computed after the runs (scalars as tag -> {step: value}, a chart layout,
     images, text) as an event file of their own, `events.out.tfevents.reluexp-<name>`, rewritten
-    whole, so writing twice adds nothing."""
+    whole, so writing twice adds nothing. It is written under a temporary name of its own (two
+    reports at once never share one) without `tfevents` in it, so TensorBoard never lists it
+    as a run, and renamed into place whole: a killed write leaves the old file."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / f"events.out.tfevents.reluexp-{name}"
-    tmp_dir = run_dir / f".{name}.tmp"
-    tmp_dir.mkdir(exist_ok=True)
+    descriptor, tmp_name = tempfile.mkstemp(dir=run_dir, prefix=f".reluexp-{name}.", suffix=".tmp")
+    os.close(descriptor)
+    tmp = Path(tmp_name)
     try:
-        writer = EventWriter(tmp_dir, file_name=path.name)
+        writer = EventWriter(run_dir, file_name=tmp.name)
         if layout:
             writer.declare_layout(layout)
         writer.images(images or {})
@@ -331,9 +338,9 @@ def write_derived(
             rows = [[values[step]] for step in steps]
             writer.scalars([tag], steps, [time.time()] * len(steps), rows)
         writer.close()
-        os.replace(tmp_dir / path.name, path)
+        os.replace(tmp, path)
     finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        tmp.unlink(missing_ok=True)
 
 
 def loss_gap_series(group: str, difference: dict[int, float]) -> dict[str, dict[int, float]]:

@@ -53,8 +53,8 @@ class Series:
 class Recorder:
     """What a flushed block of metric rows means for the run: its events (none for a run
     without a directory), its series, the article's loss lines, the min and final loss,
-    divergence (a non-finite loss) and warnings (gradients that vanished). Each rule is here
-    once."""
+    divergence (a non-finite loss, gradient or weight) and warnings (gradients that vanished).
+    Each rule is here once."""
 
     def __init__(
         self,
@@ -77,6 +77,17 @@ class Recorder:
         self.exact_zeros = streamed.index(tags.EXACT_ZEROS)
         self.tags = [*streamed, *tags.DERIVED]
         self.diverged_at: int | None = None
+        self.diverged_on: str | None = None
+        # What a step's row says is non-finite, by index: its loss, then each weight's gradient
+        # (before the update), then each weight (after it).
+        self.watched = [(0, "loss")] + [
+            (
+                index,
+                name.replace("norm/grad_", "gradient norm of ").replace("norm/weight_", "norm of "),
+            )
+            for index, name in enumerate(streamed)
+            if name.startswith(("norm/grad_", "norm/weight_"))
+        ]
         # The run's warnings (summary.json's list, shared): each kind once, resumed runs too.
         self.warnings = warnings
         # Validation passes waiting on the device: (step, [loss, accuracy or NaN]).
@@ -159,10 +170,13 @@ class Recorder:
             self.watch(step, row, block.live_units[i])
             if math.isfinite(row[0]):
                 self.state.min_loss = min(self.state.min_loss, row[0])
-            elif self.diverged_at is None:
-                self.diverged_at = step
+            non_finite = next(
+                (what for at, what in self.watched if not math.isfinite(row[at])), None
+            )
+            if non_finite is not None and self.diverged_at is None:
+                self.diverged_at, self.diverged_on = step, non_finite
                 if self.config.stop_on_divergence:
-                    del rows[i + 1 :]  # the steps after it trained on a non-finite loss
+                    del rows[i + 1 :]  # the steps after it trained on non-finite values
                     break
         self.series.steps.extend(block.steps[: len(rows)])
         for row in rows:

@@ -22,12 +22,25 @@ SUMMARY_NAME = "summary.json"
 log = logging.getLogger("reluexp")
 
 
+def strict(value: Any) -> Any:
+    """value with every NaN and inf float as None: strict JSON has no NaN (the run's status
+    says why a loss is missing)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(item) for item in value]
+    return value
+
+
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write JSON to a temp file and rename it over `path`, so readers never see half a file;
-    a failed write (a full disk) leaves the old file and no temp file."""
+    """Write strict JSON (non-finite numbers as null) to a temp file and rename it over
+    `path`, so readers never see half a file; a failed write (a full disk) leaves the old file
+    and no temp file."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n")
+        tmp.write_text(json.dumps(strict(payload), indent=2, allow_nan=False) + "\n")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -62,7 +75,9 @@ class RunSummary:
     wall_time_s: float | None = None
     steps_per_s: float | None = None
     diverged_at_step: int | None = None
-    # With a validation split: the last pass's loss and accuracy (NaN for regression), the best
+    # What became non-finite there: `loss`, `gradient norm of w1`, `norm of w2`, ...
+    diverged_on: str | None = None
+    # With a validation split: the last pass's loss and accuracy (null for regression), the best
     # accuracy and its step; classification: the last recorded batch's accuracy.
     val_loss: float | None = None
     val_accuracy: float | None = None

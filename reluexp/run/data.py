@@ -1,6 +1,7 @@
 """A run's data: the article's random regression, drawn from the run's seeded generator, or real
 data (scikit-learn's digits, a file, a function of the user's) with a held-out split."""
 
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -8,6 +9,10 @@ from typing import Any
 import torch
 
 from reluexp.config import Config, ConfigError, DataName, hidden_sizes
+
+# More classes than this is a mistake in the labels, not a dataset (a label of 1e12 would ask
+# for a 400 TB output layer).
+MAX_CLASSES = 100_000
 
 
 @dataclass
@@ -57,13 +62,12 @@ def make_data(
     return x, y
 
 
-def load_data(config: Config, generator: torch.Generator) -> Dataset:
-    """The configured data, on the CPU. The random data takes the seed's first draws from the
-    generator (x, then y; the weights come next); real data without a validation split is
-    split by a permutation from it."""
+def read_data(config: Config) -> list[torch.Tensor] | None:
+    """Real data's arrays, read and checked (check_arrays): x, y and optionally x_val, y_val,
+    on the CPU; None for the random data, which is drawn from the run's generator."""
     data = config.data
     if data.name == DataName.random:
-        return Dataset(*make_data(data.n, data.d_in, data.d_out, generator))
+        return None
     if data.name == DataName.digits:
         arrays = digits()
     elif data.name == DataName.file:
@@ -78,7 +82,19 @@ def load_data(config: Config, generator: torch.Generator) -> Dataset:
                 f"data.loader={data.loader}: returned {type(arrays).__name__}; expected "
                 "(x, y) or (x, y, x_val, y_val)"
             )
-    return dataset(list(arrays), data.val_fraction, generator, f"data={data.name.value}")
+    return check_arrays(list(arrays), f"data={data.name.value}")
+
+
+def load_data(
+    config: Config, arrays: list[torch.Tensor] | None, generator: torch.Generator
+) -> Dataset:
+    """The run's data, on the CPU: the random data takes the seed's first draws from the
+    generator (x, then y; the weights come next); real data (read_data's arrays) without a
+    validation split is split by a permutation from it."""
+    data = config.data
+    if arrays is None:
+        return Dataset(*make_data(data.n, data.d_in, data.d_out, generator))
+    return dataset(arrays, data.val_fraction, generator)
 
 
 def digits() -> tuple[Any, Any]:
@@ -98,6 +114,8 @@ def read_file(path: Path) -> list[Any]:
     """x, y (and x_val, y_val) from a .npz (numpy.savez) or a .pt (torch.save of a dict of
     tensors, loaded with weights_only=True)."""
     where = f"data.path={path}"
+    if path.is_dir():
+        raise ConfigError(f"{where}: is a directory; expected a .npz or a .pt file")
     if not path.is_file():
         raise ConfigError(f"{where}: no such file")
     try:
@@ -112,39 +130,89 @@ def read_file(path: Path) -> list[Any]:
             raise ConfigError(f"{where}: expected a .npz or a .pt file")
     except ConfigError:
         raise
+    except pickle.UnpicklingError:
+        # torch's message advises weights_only=False, which would run the file's code.
+        raise ConfigError(
+            f"{where}: refused: it holds more than tensors, and a data file's objects are "
+            "never unpickled (nothing in it ran); save a dict of tensors"
+        ) from None
     except Exception as error:
         raise ConfigError(f"{where}: unreadable ({type(error).__name__}: {error})") from None
+    names = ["x", "y", "x_val", "y_val"]
     if not isinstance(contents, dict) or not {"x", "y"} <= contents.keys():
         raise ConfigError(f"{where}: needs arrays named x and y (and optionally x_val, y_val)")
-    names = ["x", "y", "x_val", "y_val"] if "x_val" in contents else ["x", "y"]
-    return [contents[name] for name in names]
+    if ("x_val" in contents) != ("y_val" in contents):
+        raise ConfigError(f"{where}: has one of x_val and y_val; give both, or neither")
+    return [contents[name] for name in names if name in contents]
 
 
-def dataset(
-    arrays: list[Any], val_fraction: float, generator: torch.Generator, where: str
-) -> Dataset:
-    """Tensors from arrays: classification when the targets are integers (class indices),
-    regression otherwise; a held-out split of val_fraction when none was given."""
-    x, y, *validation = [torch.as_tensor(a) for a in arrays]
+def check_arrays(arrays: list[Any], where: str) -> list[torch.Tensor]:
+    """The arrays as CPU tensors, refused in one line unless they make a dataset: inputs
+    (N, D) with one target each, finite; class targets integers 0..C-1, values finite."""
+    names = ["x", "y", "x_val", "y_val"]
+    tensors = []
+    for name, array in zip(names, arrays):
+        try:
+            tensor = torch.as_tensor(array).cpu()
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise ConfigError(f"{where}: {name} is not an array ({error})") from None
+        if tensor.dtype == torch.bool or tensor.is_complex():
+            raise ConfigError(f"{where}: {name} is {tensor.dtype}; expected numbers")
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ConfigError(f"{where}: {name} holds NaN or inf")
+        tensors.append(tensor)
+    classification = not tensors[1].is_floating_point()
+    for x, y, split in ((0, 1, "training"), (2, 3, "validation"))[: len(tensors) // 2]:
+        inputs, targets = tensors[x], tensors[y]
+        if inputs.dim() != 2 or len(inputs) == 0 or targets.dim() == 0:
+            raise ConfigError(
+                f"{where}: {names[x]} must be (N, D) with N >= 1, got {tuple(inputs.shape)}"
+            )
+        if len(inputs) != len(targets):
+            raise ConfigError(
+                f"{where}: {len(inputs)} {split} inputs but {len(targets)} targets "
+                f"({names[x]} {tuple(inputs.shape)}, {names[y]} {tuple(targets.shape)})"
+            )
+        if classification and targets.dim() != 1:
+            raise ConfigError(f"{where}: class targets must be (N,), got {tuple(targets.shape)}")
+    if len(tensors) == 2 and len(tensors[0]) < 2:
+        raise ConfigError(f"{where}: one example; a validation split needs at least two")
+    if len(tensors) == 4 and tensors[0].shape[1] != tensors[2].shape[1]:
+        raise ConfigError(f"{where}: training and validation inputs differ in width")
+    if classification:
+        labels = torch.cat([t.reshape(-1) for t in tensors[1::2]])
+        low, high = int(labels.min()), int(labels.max())
+        if low != 0 or high >= MAX_CLASSES:
+            raise ConfigError(
+                f"{where}: class targets run from {low} to {high}; they must be 0..C-1 "
+                f"(the model gets one output per class, C <= {MAX_CLASSES})"
+            )
+    return tensors
+
+
+def sizes(arrays: list[torch.Tensor]) -> tuple[int, int, int]:
+    """Real data's examples (all splits), input width and output width (classes, or the
+    targets' width)."""
+    x, y = arrays[0], arrays[1]
+    examples = sum(len(t) for t in arrays[::2])
+    if y.is_floating_point():
+        return examples, x.shape[1], y.reshape(len(y), -1).shape[1]
+    return examples, x.shape[1], int(torch.cat([t.reshape(-1) for t in arrays[1::2]]).max()) + 1
+
+
+def dataset(arrays: list[torch.Tensor], val_fraction: float, generator: torch.Generator) -> Dataset:
+    """A Dataset from check_arrays' tensors: classification when the targets are integers
+    (class indices), regression otherwise; a held-out split of val_fraction when none was
+    given."""
+    x, y, *validation = arrays
     if not validation:
         order = torch.randperm(len(x), generator=generator)
         held_out = max(1, round(val_fraction * len(x)))
         validation = [x[order[:held_out]], y[order[:held_out]]]
         x, y = x[order[held_out:]], y[order[held_out:]]
     x_val, y_val = validation
-    classification = not y.is_floating_point()
-    for name, inputs, targets in (("training", x, y), ("validation", x_val, y_val)):
-        if inputs.dim() != 2 or len(inputs) != len(targets) or len(inputs) == 0:
-            raise ConfigError(
-                f"{where}: the {name} inputs must be (N, D) with one target each, got "
-                f"{tuple(inputs.shape)} and {tuple(targets.shape)}"
-            )
-        if classification and (targets.dim() != 1 or targets.min() < 0):
-            raise ConfigError(f"{where}: class targets must be non-negative integers, (N,)")
-    if x.shape[1] != x_val.shape[1]:
-        raise ConfigError(f"{where}: training and validation inputs differ in width")
-    if classification:
-        classes = int(max(y.max(), y_val.max())) + 1
-        return Dataset(x.float(), y.long(), x_val.float(), y_val.long(), classes)
-    regression = [t.float().reshape(len(t), -1) for t in (y, y_val)]
-    return Dataset(x.float(), regression[0], x_val.float(), regression[1])
+    if y.is_floating_point():
+        regression = [t.float().reshape(len(t), -1) for t in (y, y_val)]
+        return Dataset(x.float(), regression[0], x_val.float(), regression[1])
+    classes = int(max(y.max(), y_val.max())) + 1
+    return Dataset(x.float(), y.long(), x_val.float(), y_val.long(), classes)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from reluexp.config import Config, ConfigError, Dtype, hidden_sizes, layer_sizes
+from reluexp.config import Config, ConfigError, DataName, Dtype, hidden_sizes
 
 
 def resolve_device(name: str) -> torch.device:
@@ -49,19 +49,32 @@ def available_memory(device: torch.device) -> int | None:
     return None
 
 
-def check_memory(config: Config, device: torch.device) -> None:
+def check_memory(
+    config: Config, device: torch.device, data_sizes: tuple[int, int, int] | None = None
+) -> None:
     """Refuse sizes whose tensors cannot fit before allocating any (a lower bound of a step's
     peak: data, weights with their gradients and optimizer state, each layer's two activations
-    and its gradient)."""
-    sizes = layer_sizes(config)
+    and its gradient). data_sizes: real data's examples, input and output widths; the random
+    data's come from the config."""
+    if data_sizes is None:
+        n, d_in, d_out = config.data.n, config.data.d_in, config.data.d_out
+        shown = (
+            f"data.n={n}, data.d_in={d_in}, model.hidden={config.model.hidden}, data.d_out={d_out}"
+        )
+    else:
+        n, d_in, d_out = data_sizes
+        shown = (
+            f"data={DataName(config.data.name).value} ({n} examples of {d_in} inputs, "
+            f"{d_out} outputs), model.hidden={config.model.hidden}"
+        )
+    sizes = [d_in, *hidden_sizes(config.model.hidden), d_out]
     weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
-    activations = config.data.n * (sum(hidden_sizes(config.model.hidden)) + config.data.d_out)
-    elements = config.data.n * (config.data.d_in + config.data.d_out) + 4 * weights
+    activations = n * (sum(hidden_sizes(config.model.hidden)) + d_out)
+    elements = n * (d_in + d_out) + 4 * weights
     needed = (elements + 3 * activations) * getattr(torch, Dtype(config.dtype).value).itemsize
     available = available_memory(device)
     if available is not None and needed > available:
         raise ConfigError(
-            f"data.n={config.data.n}, data.d_in={config.data.d_in}, "
-            f"model.hidden={config.model.hidden}, data.d_out={config.data.d_out}: needs at "
+            f"{shown}: needs at "
             f"least {needed / 2**30:.3g} GiB on {device}, {available / 2**30:.3g} GiB available"
         )

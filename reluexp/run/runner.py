@@ -4,7 +4,7 @@ directory (or in memory), trained by the loop, its outcome recorded."""
 import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ from reluexp.config import (
     config_from_dict,
     validate,
 )
-from reluexp.functions.targets import Activation, resolve_activation, surrogate_of
+from reluexp.functions.targets import Activation, is_own, resolve_activation, surrogate_of
 from reluexp.record import summary as summaries
 from reluexp.record.events import EventWriter
 from reluexp.record.hparams import hparams
@@ -29,6 +29,8 @@ from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder, Series
 from reluexp.record.summary import RunSummary, SummaryError
 from reluexp.run.checkpoint import load_checkpoint
+from reluexp.run.data import read_data
+from reluexp.run.data import sizes as data_sizes
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
 from reluexp.run.losses import objective
@@ -72,6 +74,8 @@ class Prepared:
 
     device: torch.device
     activation: Activation
+    # Real data's arrays, read and checked (run.data.read_data); None for the random data.
+    arrays: list[torch.Tensor] | None
 
 
 def prepare(config: Config, *, run_dir: Path | None = None, resumed: bool = False) -> Prepared:
@@ -80,15 +84,15 @@ def prepare(config: Config, *, run_dir: Path | None = None, resumed: bool = Fals
     makes a directory and hands the result to run().)"""
     validate(config)
     device = resolve_device(config.device)
-    if config.data.name == DataName.random:  # real data's sizes are known once it is loaded
-        check_memory(config, device)
+    arrays = read_data(config)
+    check_memory(config, device, None if arrays is None else data_sizes(arrays))
     activation = config.activation
     resolved = resolve_activation(
         activation.target, activation.params, run_dir=run_dir, resumed=resumed
     )
     # Training never calls the surrogate; a typo in it is still one line before a run starts.
     surrogate_of(activation.surrogate, activation.params, "activation.surrogate")
-    return Prepared(device, resolved)
+    return Prepared(device, resolved, arrays)
 
 
 def run(
@@ -114,7 +118,7 @@ def run(
             prepared = prepare(config, run_dir=run_dir)
         else:
             validate(config)
-            prepared = Prepared(resolve_device(config.device), activation)
+            prepared = Prepared(resolve_device(config.device), activation, read_data(config))
     summary = RunSummary(
         started_at=summaries.now(),
         seed=config.seed,
@@ -124,9 +128,23 @@ def run(
     return _run(config, run_dir, summary, None, prepared, stop, varying)
 
 
-def resume(run_dir: Path, *, stop: StopSignals | None = None) -> RunResult | RunSummary:
+def imported_paths(config: Config) -> dict[str, str]:
+    """The config's dotted paths that a run imports, by key."""
+    paths = {"activation.target": config.activation.target}
+    if isinstance(config.activation.surrogate, str):
+        paths["activation.surrogate"] = config.activation.surrogate
+    if config.data.name == DataName.callable and config.data.loader is not None:
+        paths["data.loader"] = config.data.loader
+    return paths
+
+
+def resume(
+    run_dir: Path, *, stop: StopSignals | None = None, confirmed: Collection[str] = ()
+) -> RunResult | RunSummary:
     """Continue an interrupted run in its own directory, from its checkpoint, with its config;
-    a run that already ended is its summary, untouched."""
+    a run that already ended is its summary, untouched. A dotted path the stored config names
+    outside reluexp and torch is imported only when `confirmed` holds it as `key=path` (the
+    user named it again); otherwise nothing is imported."""
     try:
         summary = RunSummary.read(run_dir)
     except SummaryError as error:
@@ -147,6 +165,17 @@ def resume(run_dir: Path, *, stop: StopSignals | None = None) -> RunResult | Run
     summary.ended_at = summary.signal = summary.error = None
     summary.resumes += 1
     config = config_from_dict(checkpoint["config"])
+    unconfirmed = [
+        f"{key}={path}"
+        for key, path in imported_paths(config).items()
+        if not is_own(path) and f"{key}={path}" not in confirmed
+    ]
+    if unconfirmed:
+        raise ConfigError(
+            f"resume={run_dir}: its config names {' '.join(unconfirmed)}, which is not "
+            "reluexp's or torch's; nothing was imported. If you trust it, name it again: "
+            f"python -m reluexp resume={run_dir} {' '.join(unconfirmed)}"
+        )
     # The stored config is code in the way any Hydra config is: say what it will import.
     params = f" with params {config.activation.params}" if config.activation.params else ""
     log.info(
@@ -173,7 +202,7 @@ def _run(
             held.enter_context(hold_run(run_dir))
             reserve = held.enter_context(DiskReserve(run_dir))
         held.enter_context(job_environment(device, config.threads))
-        seeded = seeded_data(config)
+        seeded = seeded_data(config, prepared.arrays)
         if checkpoint is not None:
             sizes = seeded[0].layer_sizes(config.model.hidden)
             check_checkpoint(checkpoint, config, sizes, f"resume={run_dir}")
@@ -188,8 +217,7 @@ def _run(
         )
         events = None
         if run_dir is not None:
-            resumed_at = state.step if checkpoint is not None else None
-            events = EventWriter(run_dir, purge_step=resumed_at)
+            events = EventWriter(run_dir, start_step=state.step)
             if checkpoint is None:
                 sizes = (len(data.x), data.x.shape[1], data.d_out)
                 loss = objective(config, data).__name__
@@ -246,13 +274,15 @@ def train_to_the_end(training: Training, summary: RunSummary) -> None:
 def record_the_end(training: Training, summary: RunSummary) -> RunResult:
     """A run that trained to its last step, or to a divergence: its outcome, its warnings."""
     recorder, state = training.recorder, training.state
-    summary.diverged_at_step = recorder.diverged_at
+    summary.diverged_at_step, summary.diverged_on = recorder.diverged_at, recorder.diverged_on
     status = "completed" if recorder.diverged_at is None else "diverged"
     if status == "completed":
         recorder.check_progress()
     finish(training, summary, status)
     if recorder.diverged_at is not None:
-        log.warning("diverged: non-finite loss at step %d", recorder.diverged_at)
+        log.warning(
+            "diverged: non-finite %s at step %d", recorder.diverged_on, recorder.diverged_at
+        )
     return RunResult(
         status,
         summary.steps_done,

@@ -49,11 +49,14 @@ class RunState:
         return self.earlier_wall_time_s + time.perf_counter() - self.segment_start
 
 
-def seeded_data(config: Config) -> tuple[Dataset, torch.Generator]:
-    """The run's data, and the generator that goes on to draw its weights: one CPU generator
-    in the seed's order (x, y, w1, w2, ...), so CPU and GPU runs start identical."""
+def seeded_data(
+    config: Config, arrays: list[torch.Tensor] | None
+) -> tuple[Dataset, torch.Generator]:
+    """The run's data (real data's checked arrays, or None for the random data), and the
+    generator that goes on to draw its weights: one CPU generator in the seed's order (x, y,
+    w1, w2, ...), so CPU and GPU runs start identical."""
     generator = torch.Generator("cpu").manual_seed(config.seed)
-    return load_data(config, generator), generator
+    return load_data(config, arrays, generator), generator
 
 
 def build_state(

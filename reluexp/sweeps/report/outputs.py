@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from reluexp.record.events import Layout, loss_gap_series, write_derived
+from reluexp.record.figures import colormap, new_figure
 from reluexp.record.tags import IDENTICAL_LOG10, LAYOUT, LOSS, loss_band, loss_gap
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
 from reluexp.sweeps.report.statistics import Group, group_jobs, summary_rows
@@ -64,9 +65,7 @@ def pair_png(group: Group) -> bytes:
     """A custom group against its reference, for TensorBoard's Images tab (which shows images
     about 300 pixels wide): each seed's |relative loss gap| on a log axis under a title that
     says where they part, large enough to read there."""
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(6.4, 4.4))
+    figure = new_figure(figsize=(6.4, 4.4))
     axes = figure.subplots()
     parted = group.parts_at()
     if parted is None:  # nothing to draw on a log axis: say so instead of a flat line at 0
@@ -113,7 +112,10 @@ def number(value: object, digits: int = 4) -> str:
 def accuracy_text(row: dict[str, object]) -> str:
     if row["val_accuracy_mean"] is None:
         return ""
-    return f"{row['val_accuracy_mean']:.2%} ± {row['val_accuracy_std']:.2%}"
+    text = f"{row['val_accuracy_mean']:.2%} ± {row['val_accuracy_std']:.2%}"
+    if row["val_accuracy_jobs"] != row["completed"]:
+        text += f" (over {row['val_accuracy_jobs']} of {row['completed']} completed jobs)"
+    return text
 
 
 def gap_text(row: dict[str, object]) -> str:
@@ -172,16 +174,12 @@ def markdown_table(rows: list[dict[str, object]]) -> str:
 def plot_loss_curves(groups: list[Group], path: Path) -> None:
     """Top: each group's mean loss over steps with its min-max band across seeds, log scale.
     Bottom: how far each custom group's runs are from their reference runs, log scale."""
-    # Imported here, and without pyplot (no GUI backend to pick): only sweeps draw.
-    from matplotlib import colormaps
-    from matplotlib.figure import Figure
-
     drawn = [group for group in groups if group.losses]
     # The gap panel needs a gap to draw on its log axis (runs identical so far have none).
     customs = [group for group in drawn if any(gap > 0 for gap in group.gap.values())]
-    figure = Figure(figsize=(10, 8 if customs else 5.5))
+    figure = new_figure(figsize=(10, 8 if customs else 5.5))
     loss_axes, *difference_axes = figure.subplots(2 if customs else 1, 1, squeeze=False)[:, 0]
-    colors = colormaps["tab10" if len(drawn) <= 10 else "tab20"]
+    colors = colormap("tab10" if len(drawn) <= 10 else "tab20")
     for index, group in enumerate(drawn):
         color = colors(index % colors.N)
         steps = sorted(group.losses)

@@ -39,9 +39,14 @@ class Group:
         return [job for job in self.jobs if job.summary.status == "completed"]
 
     def values(self, key: str) -> list[float]:
-        """A summary field of the completed jobs: runs stopped early would bias the mean."""
-        values = [getattr(job.summary, key) for job in self.completed]
-        return [v for v in values if isinstance(v, int | float) and math.isfinite(v)]
+        """A summary field of the completed jobs, where it is a finite number: runs stopped
+        early would bias the mean."""
+        return [v for job in self.completed if finite(v := getattr(job.summary, key))]
+
+
+def finite(value: object) -> bool:
+    """A number, not NaN or inf (a summary field may also be null, or forged)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def reference_job(job: Job, jobs: list[Job]) -> Job | None:
@@ -160,6 +165,7 @@ def summary_rows(groups: list[Group]) -> list[dict[str, object]]:
             for stat, value in statistics_of(group.values(key)).items():
                 row[f"{key}_{stat}"] = value
         row["reference_group"] = group.reference.label if group.reference else ""
+        row["val_accuracy_jobs"] = len(group.values("val_accuracy"))
         row["final_loss_vs_reference"] = relative_gap(group)
         # Empty where the group has no reference, or is identical to it at every step.
         row["parts_at_step"] = group.parts_at() if group.reference else None
@@ -196,53 +202,88 @@ class Paired:
     differences: list[float]
     mean: float
     half_width: float | None
+    # The seeds of the group's jobs left out: no completed reference job of that seed, or a
+    # value that is not a finite number on either side.
+    unpaired: list[object] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
         n = len(self.differences)
         accuracy = self.metric == "val_accuracy"
         scale, unit = (100, "% accuracy") if accuracy else (100, "% final loss")
+        left_out = ""
+        if self.unpaired:
+            seeds = ", ".join(str(seed) for seed in self.unpaired)
+            left_out = f" (unpaired, left out: seed {seeds})"
         if self.half_width is None:
-            return f"{n} seed: {self.mean * scale:+.2g}{unit}, no interval"
+            return f"{n} seed: {self.mean * scale:+.2g}{unit}, no interval{left_out}"
         if abs(self.mean) <= self.half_width:
-            return f"no difference detected over {n} seeds"
+            return f"no difference detected over {n} seeds{left_out}"
         # Lower accuracy, or higher loss, is worse.
         worse = (self.mean < 0) == accuracy
         return (
             f"custom {'worse' if worse else 'better'} by {abs(self.mean) * scale:.2g}% "
-            f"± {self.half_width * scale:.2g}%{unit.removeprefix('%')} over {n} seeds"
+            f"± {self.half_width * scale:.2g}%{unit.removeprefix('%')} over {n} seeds{left_out}"
         )
 
 
-def paired(group: Group) -> Paired | None:
-    """The group's completed jobs against their reference jobs of the same seed: validation
-    accuracy where the runs have it (absolute difference), else the final loss (relative)."""
-    pairs = [
-        (job.summary, reference.summary)
+def pairs_with(group: Group, key: str) -> list[tuple[Job, Job]]:
+    """The group's jobs with their reference jobs of the same seed, where both completed and
+    both have `key` as a finite number."""
+    return [
+        (job, reference)
+        for job, reference in group.pairs
+        if job.summary.status == reference.summary.status == "completed"
+        and finite(getattr(job.summary, key))
+        and finite(getattr(reference.summary, key))
+    ]
+
+
+def usable_pairs(group: Group) -> tuple[str, list[tuple[Job, Job]]]:
+    """What the group is compared by, and the pairs compared: validation accuracy where every
+    pair that completed has it, else the final loss."""
+    completed = [
+        (job, reference)
         for job, reference in group.pairs
         if job.summary.status == reference.summary.status == "completed"
     ]
+    by_accuracy = pairs_with(group, "val_accuracy")
+    if completed and len(by_accuracy) == len(completed):
+        return "val_accuracy", by_accuracy
+    by_loss = pairs_with(group, "final_loss")
+    return "final_loss", [pair for pair in by_loss if pair[1].summary.final_loss != 0]
+
+
+def paired(group: Group) -> Paired | None:
+    """The group's jobs against their reference jobs of the same seed (usable_pairs): the
+    absolute difference in validation accuracy, or the relative one in final loss."""
+    metric, pairs = usable_pairs(group)
     if not pairs:
         return None
-    accuracy = all(s.val_accuracy is not None and math.isfinite(s.val_accuracy) for s, _ in pairs)
-    if accuracy:
-        differences = [s.val_accuracy - r.val_accuracy for s, r in pairs]
+    if metric == "val_accuracy":
+        differences = [s.summary.val_accuracy - r.summary.val_accuracy for s, r in pairs]
     else:
-        differences = [(s.final_loss - r.final_loss) / abs(r.final_loss) for s, r in pairs]
+        differences = [
+            (s.summary.final_loss - r.summary.final_loss) / abs(r.summary.final_loss)
+            for s, r in pairs
+        ]
+    compared = {id(job) for job, _ in pairs}
+    unpaired = [job.summary.seed for job in group.jobs if id(job) not in compared]
     mean = statistics.mean(differences)
     n = len(differences)
     half_width = None
     if n > 1:
         t = T_975[n - 2] if n - 1 <= len(T_975) else 1.96
         half_width = t * statistics.stdev(differences) / math.sqrt(n)
-    return Paired("val_accuracy" if accuracy else "final_loss", differences, mean, half_width)
+    return Paired(metric, differences, mean, half_width, unpaired)
 
 
 def relative_gap(group: Group) -> float | None:
-    """(mean final loss - the reference group's) / the reference group's."""
-    if group.reference is None:
+    """(mean final loss - the reference's) / the reference's, over the seeds both have
+    (pairs_with a final loss): a seed only one side ran would bias it."""
+    pairs = pairs_with(group, "final_loss")
+    if not pairs:
         return None
-    final, reference = group.values("final_loss"), group.reference.values("final_loss")
-    if not final or not reference or statistics.mean(reference) == 0:
-        return None
-    return (statistics.mean(final) - statistics.mean(reference)) / statistics.mean(reference)
+    final = statistics.mean(job.summary.final_loss for job, _ in pairs)
+    reference = statistics.mean(reference.summary.final_loss for _, reference in pairs)
+    return (final - reference) / reference if reference != 0 else None
