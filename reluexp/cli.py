@@ -22,7 +22,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp.config import Config, ConfigError
+from reluexp.config import Config, ConfigError, config_dict
 from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_config
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
 from reluexp.run.rundir import shown_path
@@ -99,6 +99,9 @@ def start_up_checks() -> Iterator[None]:
 # Hydra makes the run's directory, taken by the run itself. (Hydra passes nothing from its
 # callbacks to its task.)
 STARTED: list[Any] = []
+# The directory of the sweep this process launches, once Hydra has made it: a Ctrl-C between
+# its jobs still writes its summary (app).
+SWEEPS: list[Path] = []
 
 
 class Lifecycle(Callback):
@@ -122,6 +125,7 @@ class Lifecycle(Callback):
             if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
                 check_slurm_resources(config.hydra.launcher)
             check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
+        SWEEPS.append(Path(config.hydra.sweep.dir))
         if in_worker_processes(config.hydra):
             sweep_dir = Path(config.hydra.sweep.dir)
             stop_workers_on_signals(sweep_dir, lambda: write_sweep_summary(sweep_dir))
@@ -200,7 +204,8 @@ def is_confirmation(override: str, stored: DictConfig) -> bool:
 
 def confirmed_paths(config: Config, hydra_config: DictConfig) -> list[str]:
     """The dotted paths a resume may import beyond reluexp's and torch's: those named again on
-    this command line; for a requeued SLURM job, its own config's (the job that started it)."""
+    this command line; for a requeued SLURM job or a finished sweep's job, its own config's
+    (the config that started it)."""
     from reluexp.run.runner import imported_paths
 
     if config.resume is not None:
@@ -266,6 +271,14 @@ def app() -> None:
     logging.raiseExceptions = False
     try:
         task()
+    except KeyboardInterrupt:
+        # Ctrl-C outside a job's training (which stops at a step boundary): during start-up,
+        # or between a sweep's jobs. Nothing is lost; say where things stand, as a job would.
+        if SWEEPS and (SWEEPS[-1] / "multirun.yaml").is_file():
+            write_sweep_summary(SWEEPS[-1])
+        else:
+            print("reluexp: interrupted during start-up; nothing was trained", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     except COMPOSITION_ERRORS as error:
         print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
         sys.exit(2)
@@ -278,6 +291,7 @@ def app() -> None:
         sys.exit(1)
     finally:
         del os.environ["HYDRA_FULL_ERROR"]
+        SWEEPS.clear()
 
 
 @contextmanager
@@ -319,9 +333,15 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
     overrides = list(hydra_config.overrides.task)
     single = hydra_config.mode != RunMode.MULTIRUN
     worker = in_worker_processes(hydra_config)
+    # A sweep run again into its own directory (the sweep's finish command): each job
+    # continues where it stopped; a finished one is left as it is.
+    continued = not single and (run_dir / SUMMARY_NAME).is_file()
+    if continued and not same_run(run_dir, config):
+        log.error("%s holds a run of another config; left as it is", run_dir)
+        return math.nan
     try:
         with StopSignals(second_exits=not worker) as stop:
-            if config.resume is not None or requeued(run_dir):
+            if config.resume is not None or requeued(run_dir) or continued:
                 result = runner.resume(
                     run_dir, stop=stop, confirmed=confirmed_paths(config, hydra_config)
                 )
@@ -367,6 +387,14 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
     if single:
         print(closing_line(run_dir), file=sys.stderr)
     return result.final_loss
+
+
+def same_run(run_dir: Path, config: Config) -> bool:
+    """The run in run_dir was started by this config (an unreadable summary is no run of it)."""
+    try:
+        return RunSummary.read(run_dir).config == config_dict(config)
+    except SummaryError:
+        return False
 
 
 def requeued(run_dir: Path) -> bool:

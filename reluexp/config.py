@@ -69,7 +69,7 @@ class DataConfig:
     d_in: int = 1000
     # The random data's output values.
     d_out: int = 10
-    # data=file: the path of a .npz or .pt; data=callable: the dotted path of the function.
+    # data=file: the path of a .npz or .pt (data=callable takes data.loader instead).
     path: str | None = None
     # data=callable: the dotted path of a function returning x, y (and x_val, y_val) tensors.
     loader: str | None = None

@@ -303,3 +303,45 @@ def test_an_in_process_caller_keeps_control(tmp_path, monkeypatch):
         finally:
             outcomes.append("finally")
     assert outcomes == [None, "finally", 2, "finally"]
+
+
+def test_ctrl_c_between_sweep_jobs_writes_the_summary_and_exits_130(tmp_path, monkeypatch, capsys):
+    """33.1: a KeyboardInterrupt after a job ended (in Hydra's code, between jobs): no
+    traceback, the sweep's summary with the jobs not started, its closing line."""
+    monkeypatch.chdir(tmp_path)
+    sweep_dir = tmp_path / "sweep"
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["reluexp", "-m", "seed=0,1,2", "steps=2", "device=cpu", f"hydra.sweep.dir={sweep_dir}"],
+    )
+    ended = []
+
+    def interrupted_after_the_first(*args):
+        ended.append(args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "job_line", interrupted_after_the_first)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main()
+    assert stopped.value.code == 130 and len(ended) == 1
+    stderr = capsys.readouterr().err
+    assert "Traceback" not in stderr
+    assert "reluexp: sweep ended, 3 jobs: completed 1, not started 2." in stderr
+    assert "not started: 2" in (sweep_dir / "summary.md").read_text()
+
+
+def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["reluexp", "steps=2", "device=cpu"])
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "prepare", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "reluexp: interrupted during start-up; nothing was trained"
+    )

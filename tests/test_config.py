@@ -168,3 +168,11 @@ def test_help_has_the_deeper_example():
         "lr=1e-4",
         "device=cpu",
     ] in help_training_examples()
+
+
+def test_help_says_which_key_each_data_source_takes():
+    """33.4: --help's data.path names data=file only; data=callable takes data.loader."""
+    meanings = key_meanings()
+    assert meanings["data.path"].startswith("data=file: the path of a .npz or .pt")
+    assert "data=callable takes data.loader instead" in meanings["data.path"]
+    assert meanings["data.loader"].startswith("data=callable: the dotted path of a function")

@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from reluexp.config import config_from_dict
@@ -46,6 +47,13 @@ def slurm_env():
     )
     assert started.returncode == 0, started.stderr
     env["SLURM_CONF"] = str(base / "etc" / "slurm.conf")
+    # This cluster's daemons, by their pid files: never another user's processes.
+    daemons = [
+        psutil.Process(int(pid_file.read_text()))
+        for pid_file in (base / "run").glob("*.pid")
+        if psutil.pid_exists(int(pid_file.read_text()))
+    ]
+    assert {d.name() for d in daemons} >= {"slurmctld", "slurmd", "munged"}, daemons
     try:
         yield env
     finally:
@@ -55,19 +63,8 @@ def slurm_env():
         assert stopped.returncode == 0, stopped.stderr
         assert not base.exists()
         parent.rmdir()
-        assert not [pid for pid in daemon_pids() if pid], "SLURM daemons outlived the tests"
-
-
-def daemon_pids() -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            command = cmdline.read_bytes().split(b"\0")[0].decode()
-        except OSError:
-            continue
-        if Path(command).name in ("slurmctld", "slurmd", "munged", "slurmstepd"):
-            found.append(int(cmdline.parent.name))
-    return found
+        _, alive = psutil.wait_procs(daemons, timeout=60)
+        assert not alive, f"SLURM daemons outlived the tests: {alive}"
 
 
 def readme_slurm_commands() -> list[list[str]]:
@@ -169,17 +166,16 @@ def test_a_cancelled_job_is_a_result_and_the_sweep_goes_on(slurm_env, tmp_path):
 def job_python(job_id: str) -> int:
     """The pid of the Python process running SLURM job `<array>_<task>` on this node."""
     array, task = job_id.split("_")
-    wanted = {f"SLURM_ARRAY_JOB_ID={array}".encode(), f"SLURM_ARRAY_TASK_ID={task}".encode()}
-    for environ in Path("/proc").glob("[0-9]*/environ"):
+    wanted = {"SLURM_ARRAY_JOB_ID": array, "SLURM_ARRAY_TASK_ID": task}
+    for process in psutil.process_iter():
         try:
-            command = (environ.parent / "cmdline").read_bytes().split(b"\0")
-            variables = set(environ.read_bytes().split(b"\0"))
-        except OSError:
+            command, variables = process.cmdline(), process.environ()
+        except psutil.Error:
             continue
         # Not srun, whose command line names the same module.
-        python = Path(command[0].decode()).name.startswith("python")
-        if python and b"submitit.core._submit" in command and wanted <= variables:
-            return int(environ.parent.name)
+        python = bool(command) and Path(command[0]).name.startswith("python")
+        if python and "submitit.core._submit" in command and wanted.items() <= variables.items():
+            return process.pid
     raise AssertionError(f"no Python process for SLURM job {job_id}")
 
 

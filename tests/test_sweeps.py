@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -17,10 +18,11 @@ from reluexp.hydra_glue import compose_config
 from reluexp.record.events import read_scalars
 from reluexp.record.summary import RunSummary
 from reluexp.sweeps.report.command import main as report_main
-from reluexp.sweeps.report.discovery import Job
+from reluexp.sweeps.report.discovery import Job, find_jobs
 from reluexp.sweeps.report.outputs import markdown_table, write_report
 from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
-from tests.helpers import EXPERIMENTS, fake_sweep, run_cli, small_config
+from reluexp.sweeps.terminal import closing_line
+from tests.helpers import EXPERIMENTS, SMALL, fake_sweep, run_cli, small_config
 
 pytestmark = pytest.mark.slow
 
@@ -380,3 +382,51 @@ def test_a_report_draws_whatever_mplbackend_says(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert (sweep_dir / "loss_curves.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+def test_a_stopped_sweep_is_finished_by_the_command_its_closing_line_gives(tmp_path):
+    """33.1: one command finishes the sweep: the interrupted job resumes, the job never
+    started starts, the completed one is left byte for byte."""
+    sweep_dir = tmp_path / "sweep"
+    run_cli(
+        "-m",
+        "seed=0,1,2",
+        "steps=20",
+        "checkpoint_every=10",
+        *SMALL,
+        f"hydra.sweep.dir={sweep_dir}",
+        cwd=tmp_path,
+    )
+    first, second, third = sorted(sweep_dir.glob("[0-9][0-9][0-9]_*"))
+    stopped = json.loads((second / "summary.json").read_text())
+    stopped["status"] = "interrupted"
+    (second / "summary.json").write_text(json.dumps(stopped))
+    for path in third.glob("*"):  # as Hydra leaves a job it never reached: no run in it
+        if path.is_file():
+            path.unlink()
+    # Its records: summary, events, checkpoint (Hydra rewrites .hydra/; the log says "nothing
+    # to resume").
+    records = [p for p in first.iterdir() if p.is_file() and p.name != "reluexp.log"]
+    before = {p: p.read_bytes() for p in records}
+    line = closing_line(sweep_dir, find_jobs(sweep_dir))
+    finish = line.split("Finish it: ")[1]
+    assert finish == shlex.join(
+        [
+            "python",
+            "-m",
+            "reluexp",
+            "-m",
+            "seed=0,1,2",
+            "steps=20",
+            "checkpoint_every=10",
+            *SMALL,
+            f"hydra.sweep.dir={sweep_dir}",
+        ]
+    )
+    result = run_cli(*shlex.split(finish)[3:], cwd=tmp_path)  # after "python -m reluexp"
+    summaries = [json.loads((job / "summary.json").read_text()) for job in (first, second, third)]
+    assert [s["status"] for s in summaries] == ["completed"] * 3
+    assert [s["resumes"] for s in summaries] == [0, 1, 0]
+    assert {p: p.read_bytes() for p in before} == before
+    assert "Finish it" not in result.stderr

@@ -3,6 +3,7 @@ sweep, its loss lines told apart by job, and one closing line once it ends."""
 
 import logging
 import math
+import shlex
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -10,6 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from reluexp.record.summary import RunSummary
 from reluexp.run.rundir import shown_path
@@ -85,16 +88,37 @@ def loss_lines_labelled(number: int, plan: Plan) -> Iterator[None]:
         loss_log.removeFilter(prefix)
 
 
+# Job statuses a sweep run again into its own directory finishes (cli.run_job).
+UNFINISHED = ("interrupted", "not started", "running")
+
+
+def finish_command(sweep_dir: Path) -> str | None:
+    """The command that finishes a stopped sweep: the sweep's own command line (multirun.yaml's
+    overrides) into its own directory, where each job continues from where it stopped and a
+    finished one is left as it is. None without a readable multirun.yaml."""
+    try:
+        overrides = OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides
+        arguments = [*overrides.hydra, *overrides.task]
+    except Exception:  # missing or damaged: the summary says so
+        return None
+    kept = [a for a in arguments if not a.startswith(("hydra.sweep.dir=", "hydra.mode="))]
+    return shlex.join(["python", "-m", "reluexp", "-m", *kept, f"hydra.sweep.dir={sweep_dir}"])
+
+
 def closing_line(sweep_dir: Path, jobs: list[Job]) -> str:
     """The sweep's outcome in one line, like a single run's: its jobs by status, where the
-    summary is, how to see it."""
+    summary is, how to see it, and for a sweep that stopped early how to finish it."""
     statuses = Counter(job.summary.status for job in jobs)
     counts = ", ".join(f"{status} {n}" for status, n in sorted(statuses.items()))
     shown = shown_path(sweep_dir)
-    return (
+    line = (
         f"reluexp: sweep ended, {len(jobs)} jobs: {counts}. Sweep dir: {shown} (summary.md, "
         f"summary.csv, loss_curves.png). Dashboard: tensorboard --logdir {shown}"
     )
+    finish = finish_command(sweep_dir)
+    if finish is not None and any(status in statuses for status in UNFINISHED):
+        line += f". Finish it: {finish}"
+    return line
 
 
 def write_sweep_summary(sweep_dir: Path) -> list[Job]:
