@@ -213,6 +213,12 @@ def confirmed_paths(config: Config, hydra_config: DictConfig) -> list[str]:
     return [f"{key}={path}" for key, path in imported_paths(config).items()]
 
 
+def say_closing(line: str) -> None:
+    """A run's closing line: on stderr, and kept in its reluexp.log."""
+    print(line, file=sys.stderr)
+    file_log.info(line)
+
+
 def final_loss_text(summary: RunSummary) -> str:
     """`final loss 639.53...`, or why there is none (summary.json holds null for NaN/inf)."""
     if summary.final_loss is None:
@@ -355,7 +361,7 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
                     varying=(plan and plan.varying) or frozenset(),
                 )
     except runner.Interrupted as interrupted:
-        print(closing_line(run_dir), file=sys.stderr)
+        say_closing(closing_line(run_dir))
         if interrupted.signum == signal.SIGUSR2:
             # SLURM's warning before a time limit or preemption: the run is checkpointed;
             # submitit's own handler (back in place) requeues the job, which resumes it.
@@ -380,12 +386,12 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
         file_log.error("%s failed", run_dir, exc_info=error)
         summary = record_failure(run_dir, overrides, error)
         if single:
-            print(closing_line(run_dir, summary), file=sys.stderr)
+            say_closing(closing_line(run_dir, summary))
             sys.exit(1)
         log.error("job failed: %s: %s", type(error).__name__, error)
         return math.nan
     if single:
-        print(closing_line(run_dir), file=sys.stderr)
+        say_closing(closing_line(run_dir))
     return result.final_loss
 
 

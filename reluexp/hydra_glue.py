@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from hydra_plugins.reluexp_launcher import launchers
 from reluexp.config import Config, key_meanings
-from reluexp.sweeps.names import job_prefix
+from reluexp.sweeps.names import job_dir_name
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
 # wheel finds them from any directory, and an editable install finds the repository's.
@@ -43,8 +43,8 @@ OmegaConf.register_new_resolver(
 )
 
 
-# A sweep job's directory prefix (sweeps/names.py).
-OmegaConf.register_new_resolver("job_prefix", job_prefix)
+# A sweep job's directory name (sweeps/names.py).
+OmegaConf.register_new_resolver("job_dir_name", job_dir_name)
 OmegaConf.register_new_resolver(
     "hydra_subdir",
     lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",
@@ -116,12 +116,19 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 # What composing a config raises for a user's mistake: Hydra's and OmegaConf's errors, and a
 # YAML file (theirs, on hydra.searchpath) that does not parse.
-COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, yaml.YAMLError)
+# A config file that is not UTF-8 fails in Hydra's reader, before YAML sees it.
+COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError)
 
 
 def one_line(error: BaseException) -> str:
     """A composition error (COMPOSITION_ERRORS) as one line, naming the key or the file and
     line it is about."""
+    if isinstance(error, UnicodeDecodeError):  # Hydra's reader does not say which file
+        byte = error.object[error.start : error.start + 1].hex()
+        return (
+            f"a config file is not UTF-8 text (byte 0x{byte} at offset {error.start}); "
+            "Hydra reads YAML as UTF-8: check the files on hydra.searchpath"
+        )
     if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
         mark = error.problem_mark
         return f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}: {error.problem}"

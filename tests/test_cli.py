@@ -248,11 +248,17 @@ def test_help_teaches_each_key_and_the_launchers_without_importing_torch(tmp_pat
     assert "reluexp.config" in imported and "torch" not in imported
 
 
-def test_a_run_ends_with_one_closing_line(tmp_path):
-    result = run_cli("steps=3", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+@pytest.mark.parametrize("quiet", ["false", "true"])
+def test_a_run_ends_with_one_closing_line_kept_in_its_log(tmp_path, quiet):
+    """31.9: the closing line reaches the run's reluexp.log too, quiet or not."""
+    run = tmp_path / "run"
+    result = run_cli(
+        "steps=3", "device=cpu", f"quiet={quiet}", f"hydra.run.dir={run}", cwd=tmp_path
+    )
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("reluexp: completed after 3 steps, final loss ")
     assert last.endswith("Run dir: run. Dashboard: tensorboard --logdir run")
+    assert (run / "reluexp.log").read_text().strip().splitlines()[-1].endswith(last)
 
 
 def test_progress_logs_plain_lines_when_not_a_terminal(tmp_path, caplog, monkeypatch):

@@ -176,3 +176,15 @@ def test_help_says_which_key_each_data_source_takes():
     assert meanings["data.path"].startswith("data=file: the path of a .npz or .pt")
     assert "data=callable takes data.loader instead" in meanings["data.path"]
     assert meanings["data.loader"].startswith("data=callable: the dotted path of a function")
+
+
+def test_a_c_builtins_unknown_param_is_refused_before_the_run():
+    """31.10: torch.relu has no Python signature; a key it does not take is still one line at
+    start-up, not a failure at step 0."""
+    with pytest.raises(ConfigError) as refused:
+        resolve_activation("torch.relu", {"foo": 1})
+    assert str(refused.value) == (
+        "activation.params: torch.relu refuses them: relu() got an unexpected keyword argument "
+        "'foo'"
+    )
+    assert resolve_activation("torch.nn.functional.leaky_relu", {"negative_slope": 0.1})

@@ -673,12 +673,16 @@ def test_a_users_broken_config_file_is_one_line_naming_the_file_or_the_key(tmp_p
     configs.mkdir(parents=True)
     (configs / "bad_yaml.yaml").write_text("name: x\ntarget: torch.relu\n  reference: [\n")
     (configs / "bad_key.yaml").write_text("name: y\ntarget: torch.relu\nbogus: 3\n")
+    (configs / "latin1.yaml").write_bytes("name: z\ntarget: torch.relu  # é\n".encode("latin-1"))
     searchpath = f"hydra.searchpath=[file://{tmp_path / 'cfg'}]"
     expected = {
         "bad_yaml": f"{configs / 'bad_yaml.yaml'}, line 3, column 12: mapping values are not "
         "allowed here",
         "bad_key": "In 'activation/bad_key': ConfigKeyError raised while composing config: "
         "Key 'bogus' not in 'ActivationConfig' (activation.bogus)",
+        # 31.10: not UTF-8
+        "latin1": "a config file is not UTF-8 text (byte 0xe9 at offset 30); Hydra reads YAML "
+        "as UTF-8: check the files on hydra.searchpath",
     }
     for name, message in expected.items():
         result = run_cli(searchpath, f"activation={name}", cwd=tmp_path, check=False)

@@ -17,6 +17,7 @@ import pytest
 from reluexp.hydra_glue import compose_config
 from reluexp.record.events import read_scalars
 from reluexp.record.summary import RunSummary
+from reluexp.sweeps.names import job_dir_name
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import Job, find_jobs
 from reluexp.sweeps.report.outputs import markdown_table, write_report
@@ -430,3 +431,13 @@ def test_a_stopped_sweep_is_finished_by_the_command_its_closing_line_gives(tmp_p
     assert [s["resumes"] for s in summaries] == [0, 1, 0]
     assert {p: p.read_bytes() for p in before} == before
     assert "Finish it" not in result.stderr
+
+
+def test_a_job_directory_name_fits_a_file_name_and_stays_distinct():
+    """31.10: overrides longer than a file name may be are cut and hashed."""
+    assert job_dir_name(3, "lr=0.1,seed=1") == "003_lr=0.1,seed=1"
+    long = ["+activation.params.note=" + "é" * 200 + f",seed={seed}" for seed in (0, 1)]
+    names = [job_dir_name(7, overrides) for overrides in long]
+    assert all(len(name.encode()) <= 255 and name.startswith("007_+activation") for name in names)
+    assert names[0] != names[1]
+    names[0].encode().decode()  # cut on a character boundary

@@ -129,10 +129,16 @@ def checked_params(obj: object, params: dict[str, Any], path: str) -> tuple[Any,
     """activation.params checked against what obj takes after its input (each key must name an
     argument; a number where the default is a number), and, for a Function, as the positional
     arguments after the input (Function.apply takes no keywords before torch 2.4). A builtin
-    without a Python signature takes them as they are."""
+    without a Python signature (torch.relu) is tried once with them on a small input: its
+    TypeError names a key it does not take."""
     try:
         parameters = arguments_after_input(obj)
     except (TypeError, ValueError):
+        if params and callable(obj):
+            try:
+                obj(torch.zeros(2, 2), **params)
+            except TypeError as error:
+                raise ConfigError(f"activation.params: {path} refuses them: {error}") from None
         return tuple(params.values())
     names = {p.name: p for p in parameters if p.kind is not p.VAR_KEYWORD}
     takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
