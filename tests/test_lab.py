@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from reluexp.config import ConfigError
 from reluexp.lab import Status, check_function, command
 from reluexp.lab.calls import raised
 from reluexp.lab.cases import sample
@@ -528,3 +529,21 @@ def test_training_imports_a_declared_surrogate_before_it_starts_and_never_calls_
         assert result.returncode == 2
         assert result.stderr.startswith(f"reluexp: error: {message}")
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(("overrides", "threads"), [([], 1), (["threads=2"], 2)])
+def test_the_lab_runs_on_one_thread_unless_told(monkeypatch, overrides, threads):
+    """33.3: the lab's tensors are small; one thread never oversubscribes a shared machine."""
+    seen = []
+
+    def record_threads(subject, config, options):
+        seen.append((torch.get_num_threads(), config.threads))
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(command, "run_checks", record_threads)
+    before = torch.get_num_threads()
+    try:
+        assert command.main(["activation=relu", *overrides]) == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [(threads, threads)]

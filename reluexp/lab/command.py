@@ -9,6 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+
 from reluexp.config import ConfigError, validate
 from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line, task_config
 from reluexp.lab.pipeline import Options, run_checks
@@ -38,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = compose_config(args.overrides)
         config, check_dir = task_config(cfg), Path(cfg.hydra.run.dir)
         validate(config)
+        # The lab's tensors are small: one thread is as fast, and on a shared machine faster
+        # (no waiting on busy cores); `threads=N` still chooses (README, Check your own Function).
+        if config.threads is None:
+            config.threads = 1
+        torch.set_num_threads(config.threads)
         activation = config.activation
         subject = build_subject(
             activation.target, activation.reference, activation.surrogate, activation.params
