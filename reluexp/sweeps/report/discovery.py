@@ -24,12 +24,27 @@ class Job:
     # None: the sweep planned the job but never made its directory.
     run_dir: Path | None
     summary: RunSummary
+    # Overrides every group of its sweep has (steps=200, threads=1), left out of its label.
+    constant: frozenset[str] = frozenset()
+
+    @property
+    def grouped_by(self) -> frozenset[str]:
+        """The job's overrides without its seed (and study name): what its group shares."""
+        return frozenset(
+            o for o in self.summary.overrides if not o.startswith(("seed=", "experiment="))
+        )
 
     @property
     def group(self) -> str:
-        """The job's overrides without its seed (and study name): what a group shares."""
-        shared = [o for o in self.summary.overrides if not o.startswith(("seed=", "experiment="))]
-        return " ".join(sorted(shared)) or "(defaults)"
+        """Its group's label: what tells the group from the sweep's others."""
+        return " ".join(sorted(self.grouped_by - self.constant)) or "(defaults)"
+
+
+def constant_overrides(jobs: list[Job]) -> frozenset[str]:
+    """The overrides every group of a sweep has, when it has two groups or more (a single
+    group is named by all of its own)."""
+    groups = {job.grouped_by for job in jobs}
+    return frozenset.intersection(*groups) if len(groups) > 1 else frozenset()
 
 
 def read_job(run_dir: Path) -> Job:
@@ -104,7 +119,7 @@ def find_jobs(sweep_dir: Path) -> list[Job]:
     unnumbered = [job for number, job in found if number == math.inf]
     planned = planned_jobs(sweep_dir)
     if planned is None:
-        return [job for _, job in found]
+        return labelled([job for _, job in found])
     if isinstance(planned, int):
         planned = [[f"(trial {number})"] for number in range(planned)]
     jobs = []
@@ -116,4 +131,11 @@ def find_jobs(sweep_dir: Path) -> list[Job]:
             job.summary.overrides = overrides
         jobs.append(job)
     # Directories the plan does not number are listed all the same.
-    return jobs + list(by_number.values()) + unnumbered
+    return labelled(jobs + list(by_number.values()) + unnumbered)
+
+
+def labelled(jobs: list[Job]) -> list[Job]:
+    constant = constant_overrides(jobs)
+    for job in jobs:
+        job.constant = constant
+    return jobs

@@ -235,6 +235,9 @@ def write_report(sweep_dir: Path) -> list[Job]:
         + (f" ({len(jobs) - completed} left out)." if completed < len(jobs) else ".")
         + (f" {problem[0].upper()}{problem[1:]}: the jobs are those found." if problem else "")
     )
+    constant = jobs[0].constant if jobs else frozenset()
+    if constant:
+        header += f" Every job: {' '.join(sorted(constant))}."
     summary_md = f"{header}\n\n{markdown_table(rows)}"
     (sweep_dir / "summary.md").write_text(summary_md)
     write_group_runs(sweep_dir, groups)
