@@ -27,6 +27,7 @@ from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_c
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
 from reluexp.run.rundir import shown_path
 from reluexp.run.signals import StopSignals, slurm_job_id
+from reluexp.sweeps.names import job_order
 from reluexp.sweeps.slurm import check_slurm_resources
 from reluexp.sweeps.terminal import (
     Plan,
@@ -128,7 +129,7 @@ class Lifecycle(Callback):
         SWEEPS.append(Path(config.hydra.sweep.dir))
         if in_worker_processes(config.hydra):
             sweep_dir = Path(config.hydra.sweep.dir)
-            stop_workers_on_signals(sweep_dir, lambda: write_sweep_summary(sweep_dir))
+            stop_workers_on_signals(sweep_dir, lambda: stopped_sweep_end(sweep_dir))
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """In a sweep run in this process or its workers, one line per finished job:
@@ -151,6 +152,19 @@ class Lifecycle(Callback):
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
         if any(job.summary.status in ("failed", "not started", "unreadable") for job in jobs):
             sys.exit(1)
+
+
+def stopped_sweep_end(sweep_dir: Path) -> None:
+    """A parallel sweep stopped by a signal, its workers gone: each interrupted job's closing
+    line (a worker may be stopped before its own reaches the terminal), then the summary."""
+    for summary_file in sorted(
+        sweep_dir.glob(f"*/{SUMMARY_NAME}"), key=lambda p: job_order(p.parent)
+    ):
+        with contextlib.suppress(SummaryError):
+            summary = RunSummary.read(summary_file.parent)
+            if summary.status == "interrupted":
+                print(closing_line(summary_file.parent, summary), file=sys.stderr)
+    write_sweep_summary(sweep_dir)
 
 
 def check_resume(config: DictConfig) -> None:
@@ -361,7 +375,10 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
                     varying=(plan and plan.varying) or frozenset(),
                 )
     except runner.Interrupted as interrupted:
-        say_closing(closing_line(run_dir))
+        if worker:  # its sweep says it, once every worker has stopped (stopped_sweep_end)
+            file_log.info(closing_line(run_dir))
+        else:
+            say_closing(closing_line(run_dir))
         if interrupted.signum == signal.SIGUSR2:
             # SLURM's warning before a time limit or preemption: the run is checkpointed;
             # submitit's own handler (back in place) requeues the job, which resumes it.

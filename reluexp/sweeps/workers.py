@@ -69,14 +69,15 @@ def stop_workers(sweep_dir: Path, signum: int, timeout: float = STOP_TIMEOUT_S) 
     psutil.wait_procs(workers, timeout=timeout)
 
 
-def stop_workers_on_signals(sweep_dir: Path, write_summary: Callable[[], object]) -> None:
+def stop_workers_on_signals(sweep_dir: Path, end_sweep: Callable[[], object]) -> None:
     """SIGINT/SIGTERM to a parallel sweep reach its workers: each job stops at a step boundary
-    (checkpoint, `interrupted`); then the sweep summary is written and the sweep exits."""
+    (checkpoint, `interrupted`); then `end_sweep` says so (the jobs' closing lines, the
+    summary) and the sweep exits."""
 
     def stop(signum: int, frame: Any) -> None:
         signal.signal(signum, signal.SIG_IGN)  # one stop at a time
         stop_workers(sweep_dir, signum)
-        write_summary()
+        end_sweep()
         # Exit now: the launcher would only wait on workers that are gone.
         os._exit(128 + signum)
 
