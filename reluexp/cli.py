@@ -22,9 +22,16 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp.config import Config, ConfigError, config_dict
+from reluexp.config import Config, ConfigError
 from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_config
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
+from reluexp.run.resumes import (
+    confirmed_paths,
+    hydra_quoted_resume,
+    is_confirmation,
+    requeued,
+    same_run,
+)
 from reluexp.run.rundir import shown_path
 from reluexp.run.signals import StopSignals, slurm_job_id
 from reluexp.sweeps.names import job_order
@@ -206,27 +213,6 @@ def threads_for(hydra_config: DictConfig) -> int | None:
     return max(1, cores // min(n_jobs, cores))
 
 
-# What `resume=DIR key=path` may name to confirm a stored dotted path (runner.imported_paths).
-CONFIRMABLE = ("activation.target", "activation.surrogate", "data.loader")
-
-
-def is_confirmation(override: str, stored: DictConfig) -> bool:
-    """`key=path` for a dotted path the stored config holds as it is."""
-    key, _, value = override.partition("=")
-    return key in CONFIRMABLE and OmegaConf.select(stored, key) == value
-
-
-def confirmed_paths(config: Config, hydra_config: DictConfig) -> list[str]:
-    """The dotted paths a resume may import beyond reluexp's and torch's: those named again on
-    this command line; for a requeued SLURM job or a finished sweep's job, its own config's
-    (the config that started it)."""
-    from reluexp.run.runner import imported_paths
-
-    if config.resume is not None:
-        return [o for o in hydra_config.overrides.task if o.partition("=")[0] in CONFIRMABLE]
-    return [f"{key}={path}" for key, path in imported_paths(config).items()]
-
-
 def say_closing(line: str) -> None:
     """A run's closing line: on stderr, and kept in its reluexp.log."""
     print(line, file=sys.stderr)
@@ -259,14 +245,6 @@ def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
     if summary.status == "interrupted":
         line += f" Resume: python -m reluexp resume={shown}."
     return f"{line} Dashboard: tensorboard --logdir {shown}"
-
-
-def hydra_quoted_resume(arg: str) -> str:
-    """`resume=<dir>` as a user pastes it, quoted for Hydra: job directories hold `=` and `,`."""
-    value = arg.removeprefix("resume=")
-    if not arg.startswith("resume=") or value == "null" or value[:1] in ("'", '"'):
-        return arg
-    return "resume='" + value.replace("'", "\\'") + "'"
 
 
 def main() -> None:
@@ -410,18 +388,3 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
     if single:
         say_closing(closing_line(run_dir))
     return result.final_loss
-
-
-def same_run(run_dir: Path, config: Config) -> bool:
-    """The run in run_dir was started by this config (an unreadable summary is no run of it)."""
-    try:
-        return RunSummary.read(run_dir).config == config_dict(config)
-    except SummaryError:
-        return False
-
-
-def requeued(run_dir: Path) -> bool:
-    """A SLURM job started again (requeued after a time limit or preemption) continues the run
-    its first start left in the same directory."""
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-    return restarts > 0 and (run_dir / SUMMARY_NAME).is_file()

@@ -17,12 +17,12 @@ import psutil
 import pytest
 import torch
 
-from reluexp.cli import hydra_quoted_resume
 from reluexp.config import Config, ConfigError
 from reluexp.lab import command as check
 from reluexp.record.events import read_scalars
 from reluexp.run import runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
+from reluexp.run.resumes import hydra_quoted_resume
 from reluexp.run.rundir import hold_run
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import find_jobs

@@ -15,7 +15,6 @@ import torch
 from reluexp.config import (
     Config,
     ConfigError,
-    DataName,
     Dtype,
     config_dict,
     config_from_dict,
@@ -35,6 +34,7 @@ from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
 from reluexp.run.losses import objective
 from reluexp.run.process import job_environment
+from reluexp.run.resumes import imported_paths
 from reluexp.run.rundir import DiskReserve, hold_run
 from reluexp.run.signals import StopSignals, slurm_job_id
 from reluexp.run.state import RunState, build_state, check_checkpoint, save_state, seeded_data
@@ -126,16 +126,6 @@ def run(
         config=config_dict(config),
     )
     return _run(config, run_dir, summary, None, prepared, stop, varying)
-
-
-def imported_paths(config: Config) -> dict[str, str]:
-    """The config's dotted paths that a run imports, by key."""
-    paths = {"activation.target": config.activation.target}
-    if isinstance(config.activation.surrogate, str):
-        paths["activation.surrogate"] = config.activation.surrogate
-    if config.data.name == DataName.callable and config.data.loader is not None:
-        paths["data.loader"] = config.data.loader
-    return paths
 
 
 def resume(
