@@ -2,6 +2,7 @@
 damaged files, concurrent resumes, full disks, absurd values and run directories as code."""
 
 import csv
+import errno
 import json
 import os
 import re
@@ -690,3 +691,21 @@ def test_a_users_broken_config_file_is_one_line_naming_the_file_or_the_key(tmp_p
         assert check.main([searchpath, f"activation={name}"]) == 2
         assert capsys.readouterr().err.strip() == f"reluexp.check: error: {message}"
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_disk_too_full_for_the_reserve_leaves_no_partial_reserve(tmp_path, monkeypatch):
+    """31.9: the reserve cannot be written whole: one line, and no half-written reserve left."""
+    write_bytes = Path.write_bytes
+
+    def half_then_full(path, data):
+        write_bytes(path, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", half_then_full)
+    with pytest.raises(ConfigError) as refused:
+        runner.run(small_config(steps=3), tmp_path / "run")
+    monkeypatch.undo()
+    assert str(refused.value).endswith(
+        "no room for the run's records (No space left on device); free some space and run again"
+    )
+    assert not (tmp_path / "run" / ".reluexp.reserve").exists()

@@ -63,7 +63,14 @@ class DiskReserve:
         self.path = run_dir / RESERVE_NAME
 
     def __enter__(self) -> "DiskReserve":
-        self.path.write_bytes(bytes(RESERVE_BYTES))
+        try:
+            self.path.write_bytes(bytes(RESERVE_BYTES))
+        except OSError as error:  # a disk already too full for it: nothing is left behind
+            self.release()
+            raise ConfigError(
+                f"{shown_path(self.path.parent)}: no room for the run's records "
+                f"({error.strerror}); free some space and run again"
+            ) from None
         return self
 
     def release(self) -> None:
