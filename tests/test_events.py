@@ -1,12 +1,15 @@
 """The event encoding and reading against protobuf's messages and TensorBoard's reader."""
 
+import itertools
 import math
+import time
 
 import pytest
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 
 from reluexp.record.events import (
+    EventFile,
     EventWriter,
     ScalarEvents,
     read_scalars,
@@ -107,3 +110,19 @@ def test_a_derived_file_is_written_aside_under_a_name_tensorboard_never_lists(
     events = tensorboard(tmp_path)
     assert [(e.step, e.value) for e in events.Scalars("a/b")] == [(0, 1.0), (1, 2.0)]
     assert len(events.Images("i")) == 1
+
+
+def test_event_files_sort_in_writing_order_within_one_second(tmp_path, monkeypatch):
+    """A resumed part written in the same second as the part it continues (the 10th file of a
+    process after its 9th): readers take files in name order, so names must sort as written."""
+    monkeypatch.setattr(EventFile, "_counter", itertools.count(9))
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.25)
+    first = EventWriter(tmp_path, start_step=0)
+    first.scalars(["loss/train"], range(4), [1.0] * 4, [[float(s)] for s in range(4)])
+    first.close()
+    resumed = EventWriter(tmp_path, start_step=2)
+    resumed.scalars(["loss/train"], [2, 3], [2.0] * 2, [[20.0], [30.0]])
+    resumed.close()
+    expected = {0: 0.0, 1: 1.0, 2: 20.0, 3: 30.0}
+    assert read_scalars(tmp_path, ["loss/train"])["loss/train"] == expected
+    assert plugin_scalars(tmp_path, "loss/train") == expected

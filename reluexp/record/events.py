@@ -155,9 +155,12 @@ class EventFile:
     _counter = itertools.count()
 
     def __init__(self, run_dir: Path, name: str | None = None):
+        # Readers (TensorBoard's, read_events) take a run's files in name order: the creating
+        # time to the microsecond, then a zero-padded counter, so that name order is writing
+        # order (a resume in the same second as the part it continues, `10` after `9`).
         name = name or (
-            f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}."
-            f"{os.getpid()}.{next(self._counter)}"
+            f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}."
+            f"{os.getpid()}.{next(self._counter):06d}"
         )
         self._file = open(run_dir / name, "ab")  # noqa: SIM115 (closed by close())
         self.write([Event(wall_time=time.time(), file_version="brain.Event:2")])
@@ -186,7 +189,7 @@ def read_events(run_dir: Path) -> Iterator[Event]:
     TensorBoard's reader does. TensorBoard's own reader checks CRCs in pure Python (~0.1 s for
     a 500-step run); this one reads a whole sweep in the time that takes for one run.
     """
-    # File names start with the creating time in seconds: name order is writing order.
+    # File names start with the creating time (EventFile): name order is writing order.
     for path in sorted(run_dir.glob("events.out.tfevents.*")):
         data = path.read_bytes()
         offset = 0
