@@ -34,7 +34,7 @@ from reluexp.run.resumes import (
 )
 from reluexp.run.rundir import shown_path
 from reluexp.run.signals import StopSignals, slurm_job_id
-from reluexp.sweeps.names import job_order
+from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.slurm import check_slurm_resources
 from reluexp.sweeps.terminal import (
     Plan,
@@ -164,13 +164,9 @@ class Lifecycle(Callback):
 def stopped_sweep_end(sweep_dir: Path) -> None:
     """A parallel sweep stopped by a signal, its workers gone: each interrupted job's closing
     line (a worker may be stopped before its own reaches the terminal), then the summary."""
-    for summary_file in sorted(
-        sweep_dir.glob(f"*/{SUMMARY_NAME}"), key=lambda p: job_order(p.parent)
-    ):
-        with contextlib.suppress(SummaryError):
-            summary = RunSummary.read(summary_file.parent)
-            if summary.status == "interrupted":
-                print(closing_line(summary_file.parent, summary), file=sys.stderr)
+    for job in find_jobs(sweep_dir):
+        if job.summary.status == "interrupted" and job.run_dir is not None:
+            print(closing_line(job.run_dir, job.summary), file=sys.stderr)
     write_sweep_summary(sweep_dir)
 
 

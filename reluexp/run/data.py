@@ -190,7 +190,7 @@ def check_arrays(arrays: list[Any], where: str) -> list[torch.Tensor]:
     return tensors
 
 
-def sizes(arrays: list[torch.Tensor]) -> tuple[int, int, int]:
+def data_sizes(arrays: list[torch.Tensor]) -> tuple[int, int, int]:
     """Real data's examples (all splits), input width and output width (classes, or the
     targets' width)."""
     x, y = arrays[0], arrays[1]

@@ -28,8 +28,7 @@ from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder, Series
 from reluexp.record.summary import RunSummary, SummaryError
 from reluexp.run.checkpoint import load_checkpoint
-from reluexp.run.data import read_data
-from reluexp.run.data import sizes as data_sizes
+from reluexp.run.data import data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
 from reluexp.run.losses import objective
