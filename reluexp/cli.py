@@ -33,7 +33,7 @@ from reluexp.run.resumes import (
     same_run,
 )
 from reluexp.run.rundir import shown_path
-from reluexp.run.signals import StopSignals, slurm_job_id
+from reluexp.run.signals import InterruptSignals, StopSignals, slurm_job_id
 from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.slurm import check_slurm_resources
 from reluexp.sweeps.terminal import (
@@ -263,16 +263,21 @@ def app() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     # A log file on a full disk: its handler's failure is not the user's traceback to read.
     logging.raiseExceptions = False
+    # SIGTERM outside a run's training stops as Ctrl-C does there.
+    interrupts = InterruptSignals()
     try:
-        task()
+        with interrupts:
+            task()
     except KeyboardInterrupt:
-        # Ctrl-C outside a job's training (which stops at a step boundary): during start-up,
-        # or between a sweep's jobs. Nothing is lost; say where things stand, as a job would.
-        if SWEEPS and (SWEEPS[-1] / "multirun.yaml").is_file():
-            write_sweep_summary(SWEEPS[-1])
-        else:
-            print("reluexp: interrupted during start-up; nothing was trained", file=sys.stderr)
-        sys.exit(128 + signal.SIGINT)
+        # Stopped outside a job's training (which stops at a step boundary): during start-up,
+        # between a sweep's jobs or in its report. Nothing is lost; say where things stand, as
+        # a job would. A second signal ends the process at once.
+        with interrupts.next_one_kills():
+            if SWEEPS and (SWEEPS[-1] / "multirun.yaml").is_file():
+                write_sweep_summary(SWEEPS[-1])
+            else:
+                print("reluexp: interrupted during start-up; nothing was trained", file=sys.stderr)
+        sys.exit(128 + interrupts.signum)
     except COMPOSITION_ERRORS as error:
         print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
         sys.exit(2)

@@ -89,6 +89,15 @@ class RaisesAtStep50(SeedRelu):
         return SeedRelu.backward(ctx, grad_output)
 
 
+class NanGradientRelu(SeedRelu):
+    """The seed's ReLU whose backward returns NaN: the loss stays finite, every gradient is
+    NaN."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return torch.full_like(grad_output, float("nan"))
+
+
 # -- shared by several test modules --------------------------------------------------------------
 
 SHIPPED_ACTIVATIONS = sorted(

@@ -6,6 +6,7 @@ import logging
 import pstats
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -335,6 +336,46 @@ def test_ctrl_c_between_sweep_jobs_writes_the_summary_and_exits_130(tmp_path, mo
     assert "Traceback" not in stderr
     assert "reluexp: sweep ended, 3 jobs: completed 1, not started 2." in stderr
     assert "not started: 2" in (sweep_dir / "summary.md").read_text()
+
+
+# `python -m reluexp ARGS` whose end-of-sweep report gets a SIGTERM as it starts.
+SIGTERM_IN_THE_REPORT = """
+import signal, sys
+from reluexp import cli
+
+write, calls = cli.write_sweep_summary, []
+
+def signalled_in_the_report(sweep_dir):
+    calls.append(sweep_dir)
+    if len(calls) == 1:
+        signal.raise_signal(signal.SIGTERM)
+    return write(sweep_dir)
+
+cli.write_sweep_summary = signalled_in_the_report
+sys.argv[0] = "reluexp"
+cli.main()
+"""
+
+
+def test_sigterm_during_the_end_of_sweep_report_still_writes_it_and_its_closing_line(tmp_path):
+    """31.10: SIGTERM outside training stops as Ctrl-C does there: the report is written
+    whole, the closing line said, exit 143 (the process was killed without either)."""
+    command = [sys.executable, "-c", SIGTERM_IN_THE_REPORT, "-m", "seed=0,1", "steps=2"]
+    done = subprocess.run(
+        [*command, "device=cpu", "hydra.sweep.dir=sweep"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "Traceback" not in done.stderr
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("reluexp: sweep ended, 2 jobs: completed 2.")
+    )
+    assert "completed: 2" in (tmp_path / "sweep" / "summary.md").read_text()
 
 
 def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """Config composition, in-process: every YAML composes into the typed schema."""
 
 import json
+import math
 from dataclasses import asdict
 
 import pytest
@@ -188,3 +189,23 @@ def test_a_c_builtins_unknown_param_is_refused_before_the_run():
         "'foo'"
     )
     assert resolve_activation("torch.nn.functional.leaky_relu", {"negative_slope": 0.1})
+
+
+@pytest.mark.parametrize("slope", [-1.0, 0.0, math.nan, math.inf])
+def test_a_param_outside_the_range_its_function_documents_is_refused_at_start_up(slope):
+    """31.4: Spike documents a finite slope > 0 and its forward raises ValueError otherwise, as
+    F.hardtanh does for min_val > max_val; start-up says it in one line (slope=-1 trained with
+    a gradient norm of 1e9 and no word)."""
+    with pytest.raises(ConfigError) as refused:
+        resolve_activation("reluexp.functions.Spike", {"slope": slope})
+    assert str(refused.value) == (
+        f"activation.params: reluexp.functions.Spike refuses them: slope={slope}: the "
+        "surrogate's slope must be a finite number > 0"
+    )
+    with pytest.raises(ConfigError) as refused:
+        resolve_activation("torch.nn.functional.hardtanh", {"min_val": 2.0, "max_val": 1.0})
+    assert str(refused.value) == (
+        "activation.params: torch.nn.functional.hardtanh refuses them: min_val cannot be "
+        "greater than max_val"
+    )
+    assert resolve_activation("reluexp.functions.Spike", {"slope": 0.5})

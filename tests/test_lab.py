@@ -441,6 +441,11 @@ def test_the_report_gives_the_cost_against_the_reference(tmp_path):
             ["activation=spike", "activation.surrogate=os.system"],
             "activation.surrogate=os.system: a builtin_function_or_method, not a function",
         ),
+        (  # 31.4: a param outside the range the Function's forward accepts
+            ["activation=spike", "activation.params.slope=-1"],
+            "activation.params: reluexp.functions.Spike refuses them: slope=-1: the surrogate's "
+            "slope must be a finite number > 0",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_a_message(tmp_path, capsys, overrides, message):

@@ -233,18 +233,10 @@ def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
 
 
 def test_non_finite_gradients_diverge_naming_the_tensor(tmp_path):
-    """31.4: a NaN surrogate slope makes every gradient NaN while the loss stays finite."""
+    """31.4: a backward whose gradients are NaN while the loss stays finite."""
     config = small_config(steps=30, lr=1e-4)
     config.model.init = "scaled"
-    config.activation = config_from_dict(
-        {
-            "activation": {
-                "name": "spike",
-                "target": "reluexp.functions.Spike",
-                "params": {"slope": math.nan},
-            }
-        }
-    ).activation
+    config.activation.target = "tests.helpers.NanGradientRelu"
     result = runner.run(config, tmp_path)
     state = summary(tmp_path)
     assert (result.status, state["diverged_at_step"], state["diverged_on"]) == (

@@ -247,6 +247,11 @@ def submit_processes(sweep: subprocess.Popen) -> list[psutil.Process]:
     return [p for p in below if "submitit.core._submit" in " ".join(p.cmdline())]
 
 
+def trained(run_dir) -> dict[int, float]:
+    """The losses a run's event files hold, by step."""
+    return read_scalars(run_dir, ["loss/train"])["loss/train"]
+
+
 def test_a_killed_submitit_local_job_is_a_failed_job_and_the_sweep_ends(tmp_path):
     command = [sys.executable, "-m", "reluexp", "-m", "hydra/launcher=submitit_local"]
     command += ["seed=0,1,2", "steps=30000", "device=cpu", "threads=1"]
@@ -262,6 +267,10 @@ def test_a_killed_submitit_local_job_is_a_failed_job_and_the_sweep_ends(tmp_path
             if started == ["running"] * 3:
                 break
             time.sleep(0.2)
+        # ... and has streamed steps (31.10: the killed one's are its steps_done).
+        job_dirs = [p.parent for p in sweeps[0].glob("*/summary.json")]
+        while time.monotonic() < deadline and not all(trained(d) for d in job_dirs):
+            time.sleep(0.2)
         jobs = submit_processes(process)
         jobs[0].kill()
         _, stderr = process.communicate(timeout=600)
@@ -273,6 +282,8 @@ def test_a_killed_submitit_local_job_is_a_failed_job_and_the_sweep_ends(tmp_path
     assert statuses == ["completed", "completed", "failed"]
     failed = next(s for s in job_summaries(sweep_dir).values() if s["status"] == "failed")
     assert failed["error"] == "its process ended without a result (killed, or out of memory)"
+    (killed_dir,) = [d for d in job_dirs if json.loads((d / "summary.json").read_text())["error"]]
+    assert failed["steps_done"] == max(trained(killed_dir)) + 1 > 1
     assert "3 jobs: completed: 2, failed: 1" in (sweep_dir / "summary.md").read_text()
     assert "failed: its process ended without a result" in stderr
     assert not any(job.is_running() and job.status() != psutil.STATUS_ZOMBIE for job in jobs)

@@ -1,5 +1,7 @@
 """Custom autograd Functions under study."""
 
+import math
+
 import torch
 from torch import nn
 
@@ -172,12 +174,16 @@ class Spike(torch.autograd.Function):
     forward: y = 1 where x > 0, else 0 (a step: its derivative is 0 almost everywhere).
     backward: dx = dy / (1 + slope |x|)^2, the fast-sigmoid surrogate, declared to the lab as
     `activation.surrogate: reluexp.functions.fast_sigmoid_derivative`. Saves the input.
+    slope: a finite number > 0 (the forward raises ValueError otherwise: a slope <= 0 makes the
+    surrogate blow up or change sign, NaN makes every gradient NaN).
     """
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x, slope=25.0):
+        if not 0 < slope < math.inf:
+            raise ValueError(f"slope={slope}: the surrogate's slope must be a finite number > 0")
         return (x > 0).to(x.dtype)
 
     @staticmethod

@@ -216,15 +216,32 @@ def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:
 def changes_its_input(fn: Activation) -> bool:
     """Whether fn writes into the tensor it is given (an in-place forward): autograd then
     differentiates through values that are gone, and every metric of the layer reads the
-    changed ones. Tried once on a small fixed input, never on the run's tensors."""
+    changed ones. Tried once on a small fixed input, never on the run's tensors. A ValueError
+    is raised on: it is how a forward refuses its params (F.hardtanh's min_val > max_val, the
+    shipped Spike's slope <= 0)."""
     x = torch.linspace(-2.0, 2.0, 64).reshape(8, 8)
     before = x.clone()
     try:
         with torch.no_grad():
             fn(x)
+    except ValueError:
+        raise
     except Exception:  # a Function for another device or shape: the probe cannot tell
         return False
     return not torch.equal(x, before)
+
+
+def probed_in_place(fn: Activation, path: str, params: dict[str, Any]) -> bool:
+    """changes_its_input(fn), with the ValueError by which its forward refuses its params as a
+    ConfigError."""
+    try:
+        return changes_its_input(fn)
+    except ValueError as error:
+        if params:
+            raise ConfigError(f"activation.params: {path} refuses them: {error}") from None
+        raise ConfigError(
+            f"activation.target={path}: its forward raised ValueError: {error}"
+        ) from None
 
 
 def chosen_by_the_user(obj: object) -> bool:
@@ -257,7 +274,7 @@ def resolve_activation(
             "torch's activations, or a function from a module in the current directory"
         )
     activation = as_activation(obj, params or {}, path)
-    if changes_its_input(activation):
+    if probed_in_place(activation, path, params or {}):
         raise ConfigError(
             f"activation.target={path}: its forward changes its input in place; autograd and "
             "the activation metrics would read values that are gone"

@@ -1,6 +1,7 @@
 """The Function under check, as the lab calls it: the user's target as f(x, *tensors) (a Module's
 tensor parameters passed explicitly), its declared surrogate and its optional reference, built
-from objects or dotted paths. Building runs none of the user's code but its constructors."""
+from objects or dotted paths. Building runs none of the user's code but its constructors and,
+when params are given, its forward once on a small input (a ValueError there refuses them)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from reluexp.functions.targets import (
     checked_params,
     is_function,
     is_module,
+    probed_in_place,
     resolved,
     surrogate_of,
 )
@@ -115,6 +117,8 @@ def build_subject(
     spied = recording(obj, record) if is_function(obj) else obj
     call, named = explicit(spied, params, target_path)
     plain, _ = explicit(obj, params, target_path)
+    if params:  # a param out of the range the forward accepts is the user's mistake, as in a run
+        probed_in_place(lambda x: plain(x, *named.values()), target_path, params)
     subject = Subject(
         name=getattr(obj, "__name__", target_path),
         kind="Function" if is_function(obj) else "Module" if is_module(obj) else "function",

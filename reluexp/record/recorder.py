@@ -29,6 +29,10 @@ STALL_FRACTION = 0.01
 STALL_STEPS = 2
 # Where an optimizer's lr usually lies: an lr ten times below gets named as the likely cause.
 USUAL_LR = {Optimizer.adam: (1e-4, 1e-2)}
+# Manual or SGD steps that together move the weights by less than this fraction of their norm:
+# named as the likely cause (a step's size depends on the data and the loss, so it is measured,
+# not a range).
+SMALL_MOVE = 1e-2
 
 
 @dataclass
@@ -88,6 +92,10 @@ class Recorder:
             for index, name in enumerate(streamed)
             if name.startswith(("norm/grad_", "norm/weight_"))
         ]
+        self.weight_norms = [
+            i for i, name in enumerate(streamed) if name.startswith("norm/weight_")
+        ]
+        self.last_row: list[float] | None = None
         # The run's warnings (summary.json's list, shared): each kind once, resumed runs too.
         self.warnings = warnings
         # Validation passes waiting on the device: (step, [loss, accuracy or NaN]).
@@ -141,13 +149,31 @@ class Recorder:
             return
         consequence = f"{first:.4g} to {last:.4g} ({moved:+.2%}) in {state.step} steps"
         usual = USUAL_LR.get(Optimizer(config.optimizer))
+        step = self.relative_step()
         if usual is not None and config.lr < usual[0] / 10:
             name = Optimizer(config.optimizer).value
             consequence += (
                 f"; lr={config.lr:g} is far below {name}'s usual range ({usual[0]:g} to "
                 f"{usual[1]:g})"
             )
+        elif step is not None and step * state.step < SMALL_MOVE:
+            consequence += (
+                f"; a step moves the weights by ~{step:.1g} of their norm (lr={config.lr:g} x "
+                f"gradient norm / weight norm), ~{step * state.step:.1g} in {state.step} steps: "
+                "a larger lr moves them more"
+            )
         self.warn("loss barely moved", 0, consequence)
+
+    def relative_step(self) -> float | None:
+        """How far the last recorded manual or SGD step moved the weights, as a fraction of
+        their norm: lr x total gradient norm / total weight norm (None for adam, whose step
+        does not scale with the gradient, or without a finite row)."""
+        row = self.last_row
+        if row is None or Optimizer(self.config.optimizer) == Optimizer.adam:
+            return None
+        weights = math.sqrt(sum(row[i] ** 2 for i in self.weight_norms))
+        step = self.config.lr * row[self.total_grad_norm] / weights if weights > 0 else math.nan
+        return step if math.isfinite(step) else None
 
     @property
     def stopped(self) -> bool:
@@ -193,6 +219,7 @@ class Recorder:
                 # The article's line (step, repr of the loss), from the flushed value: no .item().
                 loss_log.info("%d %r", step, row[0])
         self.state.final_loss = rows[-1][0]
+        self.last_row = rows[-1]
         if block.steps[0] == 0:
             self.state.first_loss = rows[0][0]
         return Collected(block, *evaluations)

@@ -17,6 +17,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
+from reluexp.record import tags
+from reluexp.record.events import read_scalars
 
 SUMMARY_NAME = "summary.json"
 log = logging.getLogger("reluexp")
@@ -200,7 +202,8 @@ def record_lost(
     run_dir: Path, overrides: list[str], reason: str, slurm_job_id: str | None
 ) -> RunSummary | None:
     """A job its scheduler ended without a result (killed, out of memory): its run, if it had
-    started and not ended, is `failed` with the reason; None when there is no such run."""
+    started and not ended, is `failed` with the reason and the steps its event files show it
+    trained; None when there is no such run."""
     try:
         summary = RunSummary.read(run_dir)
     except SummaryError:
@@ -208,6 +211,9 @@ def record_lost(
     if summary.overrides != overrides or summary.ended:
         return None
     summary.error = reason
+    trained = read_scalars(run_dir, [tags.LOSS])[tags.LOSS]
+    if trained:
+        summary.steps_done = max(trained) + 1
     summary.slurm_job_id = slurm_job_id or summary.slurm_job_id
     record_end(run_dir, summary, "failed")
     return summary

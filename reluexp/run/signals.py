@@ -1,10 +1,16 @@
-"""The signals that stop a run at a step boundary, and the entry point's policy for them
-(StopSignals). No torch here: the command line imports it before a run starts."""
+"""The signals that stop a run at a step boundary (StopSignals) and the rest of the process
+where it is not training (InterruptSignals): the mechanisms of the entry point's policy. No
+torch here: the command line imports it before a run starts."""
 
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+# What stops a process, from a terminal or a scheduler.
+STOPS = (signal.SIGINT, signal.SIGTERM)
 
 
 def slurm_job_id() -> str | None:
@@ -19,8 +25,8 @@ def stop_signals() -> tuple[int, ...]:
     """The signals that stop a run at a step boundary: SIGINT, SIGTERM, and in a SLURM job
     SIGUSR2, which SLURM sends before a time limit or preemption (submitit's protocol)."""
     if slurm_job_id() is None:
-        return (signal.SIGINT, signal.SIGTERM)
-    return (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+        return STOPS
+    return (*STOPS, signal.SIGUSR2)
 
 
 class StopSignals:
@@ -54,3 +60,35 @@ class StopSignals:
             return
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+
+
+class InterruptSignals:
+    """While active, SIGTERM interrupts as Ctrl-C does (a KeyboardInterrupt wherever the code
+    is), for the code outside training, whose StopSignals take over while it runs; `signum`
+    is the signal that came."""
+
+    def __init__(self) -> None:
+        self.signum = signal.SIGINT
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        raise KeyboardInterrupt
+
+    @contextmanager
+    def next_one_kills(self) -> Iterator[None]:
+        """Within it, a SIGINT or SIGTERM ends the process at once (the first one is being
+        answered)."""
+        previous = {signum: signal.signal(signum, signal.SIG_DFL) for signum in STOPS}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def __enter__(self) -> "InterruptSignals":
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
