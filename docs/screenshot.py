@@ -45,6 +45,7 @@ SHOTS = {
     "images": "#images",
     "text": "#text",
     "custom_scalars": "#custom_scalars",
+    "scalars": "#scalars",
     "hparams": "#hparams",
     "time_series": "#timeseries",
 }
@@ -137,7 +138,7 @@ def main() -> None:
         )
         try:
             wait_for_scalars(url, jobs, "loss/train_log10")
-            wait_for_scalars(url, 7, "loss_over_seeds_log10/")  # the group runs
+            wait_for_scalars(url, 7, "lossrange_log10/")  # the group runs
             for name, page in SHOTS.items():
                 screenshot(f"{url}/{page}", HERE / f"tensorboard_{name}.png", workdir)
         finally:

@@ -84,6 +84,8 @@ class Loss(str, Enum):
     # the batch) for classification, as the data's targets say.
     auto = "auto"
     squared_error = "squared_error"
+    # The mean over the batch and the outputs: its gradient does not grow with the data's size.
+    mean_squared_error = "mean_squared_error"
     cross_entropy = "cross_entropy"
 
 
@@ -120,7 +122,8 @@ class Config:
     dtype: Dtype = Dtype.float32
     # The weight update.
     optimizer: Optimizer = Optimizer.manual
-    # The objective.
+    # The objective: squared_error (summed, the article's), mean_squared_error, cross_entropy,
+    # or auto (what the data's targets say).
     loss: Loss = Loss.auto
     # Steps between validation passes, when the data has a validation split (and at the last).
     eval_every: int = 10

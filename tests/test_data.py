@@ -14,6 +14,7 @@ from reluexp.hydra_glue import compose_config, task_config
 from reluexp.record import progress
 from reluexp.record.events import read_scalars
 from reluexp.run import runner
+from reluexp.run.losses import mean_squared_error
 from reluexp.run.signals import StopSignals
 from tests.helpers import run_cli, summary
 
@@ -106,6 +107,27 @@ def test_a_file_of_ones_own_classification_and_regression(tmp_path, suffix):
         else:
             assert state["val_accuracy"] is None  # regression has no accuracy: null
             assert state["val_loss"] < state["min_loss"] * 50
+
+
+def test_regression_on_ones_own_data_has_a_mean_loss_that_learns(tmp_path):
+    """33.5: the README's regression file at the defaults (the summed loss, lr=1e-6) ends worse
+    than predicting 0; loss=mean_squared_error, F.mse_loss, learns it."""
+    generator = numpy.random.default_rng(0)
+    x = generator.normal(size=(500, 8)).astype(numpy.float32)
+    y = (numpy.sin(x[:, :1]) + 0.1 * x[:, 1:2]).astype(numpy.float32)
+    numpy.savez(tmp_path / "reg.npz", x=x, y=y)
+    data = ["data=file", f"data.path={tmp_path / 'reg.npz'}", "steps=500", "device=cpu"]
+    mean = ["loss=mean_squared_error", "lr=1e-2", "model.init=scaled"]
+    summed_run = runner.run(task_config(compose_config(data)), tmp_path / "summed")
+    mean_run = runner.run(task_config(compose_config([*data, *mean])), tmp_path / "mean")
+    assert summed_run.final_loss > float((y**2).sum())
+    assert mean_run.final_loss < 0.2 * float((y**2).mean())
+    weights = [torch.randn(8, 4), torch.randn(4, 1)]
+    inputs, targets = torch.from_numpy(x), torch.from_numpy(y)
+    loss, _, _ = mean_squared_error(inputs, targets, weights, torch.relu, [])
+    assert loss == torch.nn.functional.mse_loss(
+        torch.relu(inputs @ weights[0]) @ weights[1], targets
+    )
 
 
 def torchvision_mnist_format():

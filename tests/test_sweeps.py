@@ -20,7 +20,12 @@ from reluexp.record.summary import RunSummary
 from reluexp.sweeps.names import job_dir_name
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import Job, find_jobs
-from reluexp.sweeps.report.outputs import markdown_table, write_report
+from reluexp.sweeps.report.outputs import (
+    markdown_table,
+    parting_text,
+    summary_texts,
+    write_report,
+)
 from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
 from reluexp.sweeps.terminal import closing_line
 from tests.helpers import EXPERIMENTS, SMALL, fake_sweep, run_cli, small_config
@@ -219,7 +224,7 @@ def test_the_difference_to_the_reference_run_is_the_independent_loops(
     fake_sweep(tmp_path, configs)
     write_report(tmp_path)
     (custom_dir,) = tmp_path.glob("000_*")
-    gap_tag = "loss_gap_log10/activation=myrelu"
+    gap_tag = "lossgap_log10/activation=myrelu"
     stored = read_scalars(custom_dir, [gap_tag, FINAL_LOSS_VS_REFERENCE])
     custom, builtin = seed_steps[:steps], seed_steps_with_torch_relu[:steps]
     # The losses are float32 values, as the events hold them.
@@ -302,6 +307,20 @@ def paired_group(custom: list[float], reference: list[float], metric: str) -> Gr
     return group
 
 
+def test_where_a_pair_parts_says_between_which_logged_steps():
+    """33.5: with log_every=10 (digits' experiments) the first differing logged step is 10; the
+    runs part somewhere after step 0, which is what the report says."""
+    custom = Group("activation=myrelu", reference=Group("activation=relu"))
+    custom.gap = {0: 0.0, 10: 1e-4, 20: 2e-4}
+    assert parting_text(custom.parts_at(), custom.identical_until()) == (
+        "parts between steps 0 and 10"
+    )
+    custom.gap = {0: 0.0, 1: 0.0, 2: 1e-4}
+    assert parting_text(custom.parts_at(), custom.identical_until()) == "parts at step 2"
+    custom.gap = {0: 0.0, 10: 0.0}
+    assert parting_text(custom.parts_at(), custom.identical_until()) == "identical"
+
+
 def test_the_paired_comparison_is_a_t_interval_over_seeds():
     t_975_4 = 2.776  # Student's t, 4 degrees of freedom
     worse = paired_group(
@@ -349,6 +368,23 @@ def test_accuracy_says_how_many_jobs_it_is_over():
     (row,) = summary_rows([group])
     assert row["val_accuracy_jobs"] == 2
     assert "85.00% ± 7.07% (over 2 of 3 completed jobs)" in markdown_table([row])
+
+
+def test_the_text_tab_gets_the_table_in_cards_it_shows_whole():
+    """33.5: TensorBoard's Text box shows about five rows (its scroll bar hidden): seven groups
+    come as the summary with four and a card with the other three, under the same columns."""
+    groups = []
+    for number in range(7):
+        group = Group(f"activation=a{number}")
+        group.jobs.append(Job(None, RunSummary(status="completed", seed=0, final_loss=1.0)))
+        groups.append(group)
+    rows = summary_rows(groups)
+    texts = summary_texts("# Sweep s", rows)
+    assert list(texts) == ["report/summary", "report/summary, groups 5-7"]
+    whole = markdown_table(rows).splitlines()
+    first, rest = (text.strip().splitlines() for text in texts.values())
+    assert first[:2] == ["# Sweep s", ""] and first[2:] == whole[:6]
+    assert rest == whole[:2] + whole[6:]
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, None])

@@ -27,6 +27,7 @@ from reluexp.record.tags import (
     IDENTICAL_LOG10,
     LAYOUT,
     Chart,
+    description,
     loss_gap,
 )
 
@@ -211,7 +212,8 @@ def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, floa
     """tag -> {step: value} of a run, as TensorBoard shows it (tested against its reader).
 
     A SessionLog START (written by a resumed run) drops the steps at or after its step that
-    the interrupted part had logged.
+    the interrupted part had logged. A point is a simple_value, or a scalars-plugin tensor (a
+    described tag's first point, EventWriter.described_scalar).
     """
     scalars: dict[str, dict[int, float]] = {tag: {} for tag in tags}
     for event in read_events(run_dir):
@@ -220,8 +222,13 @@ def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, floa
                 for step in [step for step in values if step >= event.step]:
                     del values[step]
         for value in event.summary.value:
-            if value.tag in scalars and value.WhichOneof("value") == "simple_value":
+            if value.tag not in scalars:
+                continue
+            kind = value.WhichOneof("value")
+            if kind == "simple_value":
                 scalars[value.tag][event.step] = value.simple_value
+            elif kind == "tensor" and value.metadata.plugin_data.plugin_name == "scalars":
+                scalars[value.tag][event.step] = value.tensor.float_val[0]
     return scalars
 
 
@@ -297,6 +304,16 @@ class EventWriter:
             hparams_summary("_hparams_/session_end_info", session_end_info=session_end)
         )
 
+    def described_scalar(self, tag: str, step: int, value: float, meaning: str) -> None:
+        """One point of a scalar with its description, which TensorBoard shows beside its
+        chart (it takes a tag's metadata from its first point)."""
+        # As the scalars plugin writes it, a float tensor: TensorBoard's fast loader drops a
+        # simple_value's description.
+        tensor = TensorProto(dtype="DT_FLOAT", float_val=[value], tensor_shape=TensorShapeProto())
+        summary = plugin_summary(tag, "scalars", tensor=tensor)
+        summary.value[0].metadata.summary_description = meaning
+        self._events.write([Event(wall_time=time.time(), step=step, summary=summary)])
+
     def images(self, pngs: dict[str, bytes]) -> None:
         """PNG images by tag, for the Images tab."""
         self._write_summaries(*(image_summary(tag, png) for tag, png in pngs.items()))
@@ -338,6 +355,10 @@ def write_derived(
         writer.texts(texts or {})
         for tag, values in (series or {}).items():
             steps = sorted(values)
+            meaning = description(tag)
+            if meaning is not None and steps:  # the first point carries what the tag means
+                writer.described_scalar(tag, steps[0], values[steps[0]], meaning)
+                steps = steps[1:]
             rows = [[values[step]] for step in steps]
             writer.scalars([tag], steps, [time.time()] * len(steps), rows)
         writer.close()

@@ -1,7 +1,9 @@
-"""TensorBoard tag names and the Custom Scalars layout that arranges them: the one place either
-is spelled. Tags are `family/name`; TensorBoard sorts families by name, so the names are chosen
-for `loss` to sort first (then `loss_gap_log10`, `loss_over_seeds_log10`, `metric`, `norm`,
-`param`, `summary`, `units`)."""
+"""TensorBoard tag names, what the derived ones mean, and the Custom Scalars layout that arranges
+them: the one place each is spelled. Tags are `family/name`. TensorBoard's Time Series tab
+sorts families by character; its Scalars tab sorts a family whose name goes on with `_` or a
+digit before the one it extends (`loss_gap` before `loss`) and opens the first two. So the
+names are chosen for `loss` to sort first in both (then `lossgap_log10`, `lossrange_log10`,
+`metric`, `norm`, `param`, `summary`, `units`)."""
 
 import re
 
@@ -58,15 +60,33 @@ def streamed(num_weights: int, param_sizes: dict[str, int] | None = None) -> lis
     ]
 
 
+GAP_FAMILY, RANGE_FAMILY = "lossgap_log10", "lossrange_log10"
+
+
 def loss_gap(group: str) -> str:
     """A custom group's log10 |relative loss gap| to its reference, one tag per pair: each
     pair gets its own chart, its seeds the lines."""
-    return f"loss_gap_log10/{group}"
+    return f"{GAP_FAMILY}/{group}"
 
 
 def loss_band(group: str) -> tuple[str, str, str]:
     """A group's log10 loss over its seeds: mean, min, max (a margin chart's line and band)."""
-    return tuple(f"loss_over_seeds_log10/{group}/{stat}" for stat in ("mean", "min", "max"))
+    return tuple(f"{RANGE_FAMILY}/{group}/{stat}" for stat in ("mean", "min", "max"))
+
+
+def description(tag: str) -> str | None:
+    """What a derived tag's values mean, for the charts that show it under its bare name
+    (Scalars, Time Series), where a Custom Scalars title cannot explain it."""
+    family = tag.split("/", 1)[0]
+    if family == GAP_FAMILY:
+        return (
+            "log10 of |loss - reference loss| / reference loss at each step, against the run of "
+            f"the same config and seed with the activation's reference; {IDENTICAL_LOG10:g} "
+            "where the two losses are identical (below any float64 difference)"
+        )
+    if family == RANGE_FAMILY:
+        return "log10 of the loss over the group's seeds at each step: their mean, min or max"
+    return None
 
 
 # A chart is a list of tag regexes (a line per matching run and tag) or a list of tag triples

@@ -37,6 +37,20 @@ def squared_error(
     return (y_pred - y).pow(2).sum(), detached(hidden), None
 
 
+def mean_squared_error(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    weights: list[torch.Tensor],
+    activation: Activation,
+    biases: list[torch.Tensor],
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], None]:
+    """Regression's mean squared error over the batch and the outputs (F.mse_loss): the summed
+    loss's gradient grows with the batch and the targets' scale, so the article's lr suits
+    its data and not every file; the mean's does not grow."""
+    y_pred, hidden = forward(x, weights, activation, biases)
+    return torch.nn.functional.mse_loss(y_pred, y), detached(hidden), None
+
+
 def cross_entropy(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -59,4 +73,8 @@ def objective(config: Config, data: Dataset) -> Objective:
     if (kind == Loss.cross_entropy) != (data.classes is not None):
         targets = "class indices" if data.classes is not None else "values (regression)"
         raise ConfigError(f"loss={kind.value}: the data's targets are {targets}")
-    return cross_entropy if kind == Loss.cross_entropy else squared_error
+    return {
+        Loss.squared_error: squared_error,
+        Loss.mean_squared_error: mean_squared_error,
+        Loss.cross_entropy: cross_entropy,
+    }[kind]

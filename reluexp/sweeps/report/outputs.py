@@ -17,6 +17,9 @@ from reluexp.record.tags import IDENTICAL_LOG10, LAYOUT, LOSS, loss_band, loss_g
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
 from reluexp.sweeps.report.statistics import Group, group_jobs, summary_rows
 
+# Groups per card in TensorBoard's Text tab (summary_texts): its box shows about five rows.
+GROUPS_PER_TEXT = 4
+
 
 def write_group_runs(sweep_dir: Path, groups: list[Group]) -> None:
     """One TensorBoard run per group, `groups/<label>`: the log10 of its jobs' mean, min and
@@ -56,9 +59,15 @@ def pair_name(group: Group) -> str:
     return f"{own_parts(group.label, reference)} vs {own_parts(reference, group.label)}"
 
 
-def parting_text(step: int | None) -> str:
-    """Where a custom group first parts from its reference (Group.parts_at), in words."""
-    return "identical" if step is None else f"parts at step {step}"
+def parting_text(step: int | None, identical_until: int | None) -> str:
+    """Where a custom group first parts from its reference (Group.parts_at), in words: at a
+    step, or between two logged steps (Group.identical_until) where steps between were not
+    logged."""
+    if step is None:
+        return "identical"
+    if identical_until is not None and identical_until < step - 1:
+        return f"parts between steps {identical_until} and {step}"
+    return f"parts at step {step}"
 
 
 def pair_png(group: Group) -> bytes:
@@ -83,7 +92,8 @@ def pair_png(group: Group) -> bytes:
         axes.set_ylabel("|relative loss gap|", fontsize=13)
         axes.tick_params(labelsize=12)
         axes.grid(True, which="major", alpha=0.3)
-    figure.suptitle(textwrap.fill(f"{pair_name(group)}: {parting_text(parted)}", 36), fontsize=18)
+    title = f"{pair_name(group)}: {parting_text(parted, group.identical_until())}"
+    figure.suptitle(textwrap.fill(title, 36), fontsize=18)
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100)
@@ -126,13 +136,14 @@ def gap_text(row: dict[str, object]) -> str:
     parted = row["parts_at_step"]
     return (
         f"{gap:+.2e} vs {own_parts(str(row['reference_group']), str(row['group']))} "
-        f"({parting_text(parted)})"
+        f"({parting_text(parted, row['identical_until_step'])})"
     )
 
 
-def markdown_table(rows: list[dict[str, object]]) -> str:
+def markdown_tables(rows: list[dict[str, object]], per_table: int | None = None) -> list[str]:
     """The table, without the optional columns no group fills (validation accuracy, for
-    regression; warnings and errors, when there are none)."""
+    regression; warnings and errors, when there are none); with per_table, cut into tables of
+    that many rows, each with the same columns."""
     table_rows = []
     for row in rows:
         statuses = [
@@ -164,11 +175,32 @@ def markdown_table(rows: list[dict[str, object]]) -> str:
         for column in (table_rows[0] if table_rows else {"group": ""})
         if column not in optional or any(row[column] for row in table_rows)
     ]
-    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    head = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    body = []
     for row in table_rows:
         cells = [row[column].replace("|", "\\|") for column in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        body.append("| " + " | ".join(cells) + " |")
+    size = per_table or max(len(body), 1)
+    return ["\n".join(head + body[i : i + size]) + "\n" for i in range(0, max(len(body), 1), size)]
+
+
+def markdown_table(rows: list[dict[str, object]]) -> str:
+    """The whole table, as summary.md holds it."""
+    return markdown_tables(rows)[0]
+
+
+def summary_texts(header: str, rows: list[dict[str, object]]) -> dict[str, str]:
+    """summary.md for TensorBoard's Text tab, which shows a text in a box of about five table
+    rows with its scroll bar hidden: the header and the first groups as `report/summary`, the
+    rest in cards of as many, named by the groups they hold, with the same columns."""
+    tables = markdown_tables(rows, GROUPS_PER_TEXT)
+    texts = {"report/summary": f"{header}\n\n{tables[0]}"}
+    width = len(str(len(rows)))
+    for number, table in enumerate(tables[1:], 1):
+        first = number * GROUPS_PER_TEXT + 1
+        last = min(first + GROUPS_PER_TEXT - 1, len(rows))
+        texts[f"report/summary, groups {first:0{width}d}-{last:0{width}d}"] = table
+    return texts
 
 
 def plot_loss_curves(groups: list[Group], path: Path) -> None:
@@ -194,7 +226,8 @@ def plot_loss_curves(groups: list[Group], path: Path) -> None:
             # runs part.
             steps = sorted(group.gap)
             gaps = [group.gap[s] for s in steps]
-            label = f"{pair_name(group)}: {parting_text(group.parts_at())}"
+            parting = parting_text(group.parts_at(), group.identical_until())
+            label = f"{pair_name(group)}: {parting}"
             difference_axes[0].plot(steps, gaps, color=color, linewidth=1.2, label=label)
     loss_axes.set_yscale("log")
     loss_axes.set_xlabel("step")
@@ -257,6 +290,6 @@ def write_report(sweep_dir: Path) -> list[Job]:
                 if group.reference is not None
             },
         },
-        texts={"report/summary": summary_md},
+        texts=summary_texts(header, rows),
     )
     return jobs

@@ -34,6 +34,12 @@ class Group:
         they are identical."""
         return next((step for step in sorted(self.gap) if self.gap[step] > 0), None)
 
+    def identical_until(self) -> int | None:
+        """The last logged step before parts_at, where every job still equals its reference
+        job: with log_every > 1 they part somewhere after it, not at parts_at itself."""
+        parted = self.parts_at()
+        return max((step for step in self.gap if step < parted), default=None) if parted else None
+
     @property
     def completed(self) -> list[Job]:
         return [job for job in self.jobs if job.summary.status == "completed"]
@@ -169,6 +175,7 @@ def summary_rows(groups: list[Group]) -> list[dict[str, object]]:
         row["final_loss_vs_reference"] = relative_gap(group)
         # Empty where the group has no reference, or is identical to it at every step.
         row["parts_at_step"] = group.parts_at() if group.reference else None
+        row["identical_until_step"] = group.identical_until() if group.reference else None
         comparison = paired(group)
         row["paired_metric"] = comparison.metric if comparison else ""
         row["paired_seeds"] = len(comparison.differences) if comparison else 0
