@@ -40,6 +40,7 @@ from reluexp.sweeps.terminal import (
     Plan,
     job_line,
     loss_lines_labelled,
+    say_sweep_start,
     sweep_plan,
     write_sweep_summary,
 )
@@ -134,6 +135,8 @@ class Lifecycle(Callback):
                 check_slurm_resources(config.hydra.launcher)
             check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
         SWEEPS.append(Path(config.hydra.sweep.dir))
+        if not config.quiet:
+            say_sweep_start(config.hydra, SWEEPS[-1])
         if in_worker_processes(config.hydra):
             sweep_dir = Path(config.hydra.sweep.dir)
             stop_workers_on_signals(sweep_dir, lambda: stopped_sweep_end(sweep_dir))

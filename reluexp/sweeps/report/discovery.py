@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
 from reluexp.run.rundir import CHECKPOINT_NAME
@@ -68,18 +68,22 @@ def read_job(run_dir: Path) -> Job:
     return Job(run_dir, RunSummary(status="not started", overrides=overrides))
 
 
+def jobs_in(hydra_config: DictConfig) -> list[list[str]] | int:
+    """The overrides of every job of a sweep's Hydra config, in job order, as Hydra's basic
+    sweeper makes them; for a sweeper that chooses as it goes (Optuna), only how many."""
+    if "n_trials" in hydra_config.sweeper:
+        return int(hydra_config.sweeper.n_trials)
+    # The preset's params, then the command line: BasicSweeper's own order and merge.
+    params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
+    task = list(hydra_config.overrides.task)
+    return grid(OverridesParser.create().parse_overrides(params + task))
+
+
 def planned_jobs(sweep_dir: Path) -> list[list[str]] | int | None:
-    """The overrides of every job, in job order, as Hydra's basic sweeper makes them; for a
-    sweeper that chooses as it goes (Optuna), only how many; None without a readable
-    multirun.yaml (plan_problem says why)."""
+    """jobs_in the sweep's multirun.yaml; None without a readable one (plan_problem says
+    why)."""
     try:
-        hydra_config = OmegaConf.load(sweep_dir / "multirun.yaml").hydra
-        if "n_trials" in hydra_config.sweeper:
-            return int(hydra_config.sweeper.n_trials)
-        # The preset's params, then the command line: BasicSweeper's own order and merge.
-        params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
-        task = list(hydra_config.overrides.task)
-        return grid(OverridesParser.create().parse_overrides(params + task))
+        return jobs_in(OmegaConf.load(sweep_dir / "multirun.yaml").hydra)
     except Exception:  # missing, or not what Hydra writes: plan_problem says which
         return None
 
