@@ -14,7 +14,8 @@ from reluexp.hydra_glue import compose_config, task_config
 from reluexp.record import progress
 from reluexp.record.events import read_scalars
 from reluexp.run import runner
-from reluexp.run.losses import mean_squared_error
+from reluexp.run.data import Dataset
+from reluexp.run.losses import objective
 from reluexp.run.signals import StopSignals
 from tests.helpers import run_cli, summary
 
@@ -124,7 +125,8 @@ def test_regression_on_ones_own_data_has_a_mean_loss_that_learns(tmp_path):
     assert mean_run.final_loss < 0.2 * float((y**2).mean())
     weights = [torch.randn(8, 4), torch.randn(4, 1)]
     inputs, targets = torch.from_numpy(x), torch.from_numpy(y)
-    loss, _, _ = mean_squared_error(inputs, targets, weights, torch.relu, [])
+    loss_of = objective(Config(loss="mean_squared_error"), Dataset(inputs, targets))
+    loss, _, _ = loss_of(inputs, targets, weights, torch.relu, [])
     assert loss == torch.nn.functional.mse_loss(
         torch.relu(inputs @ weights[0]) @ weights[1], targets
     )

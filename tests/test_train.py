@@ -10,6 +10,7 @@ from reluexp.config import Config, ConfigError
 from reluexp.record.metrics import MetricRow, MetricStream
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
+from reluexp.run.data import Dataset
 from reluexp.run.update import WeightUpdate
 from tests.helpers import SeedRelu, run_cli, scalars, seed_loop, tensorboard
 
@@ -153,7 +154,8 @@ def test_the_hidden_layers_leave_the_loss_computation_detached():
     # added in the compiled backward, every step.
     x, y = torch.randn(4, 6), torch.randn(4, 2)
     weights = [torch.randn(6, 5, requires_grad=True), torch.randn(5, 2, requires_grad=True)]
-    loss, hidden, _ = losses.squared_error(x, y, weights, torch.relu, [])
+    loss_of = losses.objective(Config(), Dataset(x, y))
+    loss, hidden, _ = loss_of(x, y, weights, torch.relu, [])
     assert loss.requires_grad
     assert [(pre.requires_grad, post.requires_grad) for pre, post in hidden] == [(False, False)]
 

@@ -31,7 +31,7 @@ from reluexp.run.checkpoint import load_checkpoint
 from reluexp.run.data import data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
-from reluexp.run.losses import objective
+from reluexp.run.losses import loss_kind
 from reluexp.run.process import job_environment
 from reluexp.run.resumes import imported_paths
 from reluexp.run.rundir import DiskReserve, hold_run
@@ -209,7 +209,7 @@ def _run(
             events = EventWriter(run_dir, start_step=state.step)
             if checkpoint is None:
                 sizes = (len(data.x), data.x.shape[1], data.d_out)
-                loss = objective(config, data).__name__
+                loss = loss_kind(config, data).value
                 events.declare(hparams(config, device, sizes, loss), varying)
         batch = len(data.x) if config.data.batch_size is None else config.data.batch_size
         recorder = Recorder(config, state, events, summary.warnings, min(batch, len(data.x)))
