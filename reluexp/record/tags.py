@@ -76,7 +76,7 @@ def loss_band(group: str) -> tuple[str, str, str]:
 
 def description(tag: str) -> str | None:
     """What a derived tag's values mean, for the charts that show it under its bare name
-    (Scalars, Time Series), where a Custom Scalars title cannot explain it."""
+    (the Scalars tab shows it behind an (i)), where no Custom Scalars title explains it."""
     family = tag.split("/", 1)[0]
     if family == GAP_FAMILY:
         return (
