@@ -23,6 +23,10 @@ from reluexp.sweeps.slurm import ENDED_STATES, GONE, slurm_states
 from reluexp.sweeps.terminal import job_line, sweep_plan
 
 POLL_SECONDS = 1.0
+# A job SLURM shows as ended this long, with no result, is lost: a requeued job shows its
+# step's end (FAILED, NonZeroExitCode) until the requeue takes, over a second on a loaded
+# controller.
+ENDED_SECONDS = 10.0
 
 
 def submit(launcher: Any, job_overrides: list[list[str]], initial_job_idx: int) -> list[Any]:
@@ -69,7 +73,8 @@ class Job:
 class JobFollower:
     """Follows a sweep's submitted jobs until each has ended: its result when it returned one,
     a failed result when it ended without (a local process that died; a SLURM job that SLURM
-    says has ended, twice in a row, with no result: not one between a requeue's two states)."""
+    has shown as ended for ENDED_SECONDS with no result: not one between a requeue's two
+    states)."""
 
     def __init__(self, config: DictConfig, jobs: list[Job], on_slurm: bool):
         self.sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -78,7 +83,8 @@ class JobFollower:
         self.on_slurm = on_slurm
         self.pending = {job.number: job for job in jobs}
         self.results: dict[int, JobReturn] = {}
-        self.ended_before: set[int] = set()
+        # Job number -> when SLURM was first seen showing it ended, in the current stretch.
+        self.ended_since: dict[int, float] = {}
 
     def follow(self) -> list[JobReturn]:
         while True:
@@ -103,12 +109,13 @@ class JobFollower:
                 state = states.get(job.submitted.job_id, GONE)
                 if state == GONE or state.split()[0] in ENDED_STATES:
                     ended_now[job.number] = state
+        now = time.monotonic()
+        self.ended_since = {n: self.ended_since.get(n, now) for n in ended_now}
         for number, state in ended_now.items():
             job = self.pending[number]
-            # Ended twice in a row, and still no result.
-            if number in self.ended_before and not job.submitted.paths.result_pickle.exists():
+            ended_for = now - self.ended_since[number]
+            if ended_for >= ENDED_SECONDS and not job.submitted.paths.result_pickle.exists():
                 self.lost(job, f"SLURM ended the job {state} before it returned a result")
-        self.ended_before = set(ended_now)
 
     def returned(self, job: Job) -> None:
         del self.pending[job.number]
