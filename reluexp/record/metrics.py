@@ -8,17 +8,28 @@ import torch
 
 from reluexp.record import tags
 
+try:
+    import reluexp_fast
+except ImportError:  # the optional kernel (pip install ./fast): torch ops do the same work
+    reluexp_fast = None
+
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
 # ... or this many seconds, so a slow run still streams.
 FLUSH_SECONDS = 2.0
 
 
-def squared_norm(tensor: torch.Tensor) -> torch.Tensor:
-    """||tensor||^2 as one BLAS dot product in the tensor's dtype: at the reference size half
+def flat(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor as one dimension, a view where its layout allows one (a weight's view,
+    taken once, follows its in-place updates)."""
+    tensor = tensor.detach()
+    return tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
+
+
+def squared_norm(flat: torch.Tensor) -> torch.Tensor:
+    """||flat||^2 as one BLAS dot product in the tensor's dtype: at the reference size half
     the time of torch.linalg.vector_norm, whose reduction is not a BLAS call
     (benchmarks/overhead.py)."""
-    flat = tensor.detach().view(-1) if tensor.is_contiguous() else tensor.detach().reshape(-1)
     return torch.dot(flat, flat)
 
 
@@ -35,20 +46,34 @@ class MetricRows:
 
 @dataclass
 class MetricRow:
-    """One logged step's values, still on the device, in the order they are recorded:
-    `record_activations` after the backward, `record_grad_norms` before the update and
-    `record_weight_norms` after it, `record_activation_params` last."""
+    """One logged step's values, in the order they are recorded: `record_activations` after
+    the backward, `record_grad_norms` before the update and `record_weight_norms` after it (or
+    `record_norms` from the kernel's update), `record_activation_params` last.
 
+    Torch ops keep them on the device until the flush. A kernel row (reluexp_fast installed, a
+    float32 CPU run with the seed's update) holds host numbers: the kernel reads a hidden layer
+    once for its counters, and the update takes both norms in its own pass."""
+
+    kernel: bool = False
     # The loss, the squared norms and the activation's parameter statistics (tags.streamed's
     # order, squared norms in place of norms).
-    values: list[torch.Tensor] = field(default_factory=list)
+    values: list = field(default_factory=list)
     # Per hidden layer: its nonzero pre-activations, and each unit's extremes over the batch
-    # (two reductions: a third of the time of one count per unit).
-    nonzero: list[torch.Tensor] = field(default_factory=list)
+    # (two reductions: a third of the time of one count per unit), or, in a kernel row, its
+    # count of live units.
+    nonzero: list = field(default_factory=list)
     unit_max: list[torch.Tensor] = field(default_factory=list)
     unit_min: list[torch.Tensor] = field(default_factory=list)
+    alive: list[int] = field(default_factory=list)
 
     def record_activations(self, loss: torch.Tensor, hidden: list) -> None:
+        if self.kernel:
+            self.values.append(loss.item())  # a CPU run: no device to wait for
+            for pre, post in hidden:
+                nonzero, alive = reluexp_fast.layer_counts(pre.contiguous(), post.contiguous())
+                self.nonzero.append(nonzero)
+                self.alive.append(alive)
+            return
         self.values.append(loss.detach())
         for pre, post in hidden:
             self.nonzero.append(torch.count_nonzero(pre))
@@ -56,10 +81,16 @@ class MetricRow:
             self.unit_min.append(torch.amin(post, dim=0))
 
     def record_grad_norms(self, weights: list[torch.Tensor]) -> None:
-        self.values += [squared_norm(w.grad) for w in weights]
+        self.values += [squared_norm(flat(w.grad)) for w in weights]
 
-    def record_weight_norms(self, weights: list[torch.Tensor]) -> None:
-        self.values += [squared_norm(w) for w in weights]
+    def record_weight_norms(self, flat_weights: list[torch.Tensor]) -> None:
+        """The weights as `flat` views, taken once per run: at the reference size an op costs
+        more in dispatch than in arithmetic."""
+        self.values += [squared_norm(w) for w in flat_weights]
+
+    def record_norms(self, grad_squares: list[float], weight_squares: list[float]) -> None:
+        """The kernel's squared norms, taken in its update."""
+        self.values += [*grad_squares, *weight_squares]
 
     def record_activation_params(self, params: list[torch.Tensor]) -> None:
         """A scalar parameter's value; a tensor's squared norm, mean, min, max
@@ -67,9 +98,10 @@ class MetricRow:
         for p in params:
             p = p.detach()
             if p.numel() == 1:  # a copy: the parameter changes in place at the next update
-                self.values.append(p.reshape(()).clone())
+                statistics = [p.reshape(()).clone()]
             else:
-                self.values += [squared_norm(p), p.mean(), p.min(), p.max()]
+                statistics = [squared_norm(flat(p)), p.mean(), p.min(), p.max()]
+            self.values += [v.item() for v in statistics] if self.kernel else statistics
 
 
 class MetricStream:
@@ -81,9 +113,16 @@ class MetricStream:
     them with one copy. The weight norms are those of the weights the step produced."""
 
     def __init__(
-        self, batch: int, widths: list[int], num_weights: int, param_sizes: dict[str, int]
+        self,
+        batch: int,
+        widths: list[int],
+        num_weights: int,
+        param_sizes: dict[str, int],
+        kernel: bool = False,
     ):
         self.batch = batch
+        # Its rows are kernel rows (MetricRow).
+        self.kernel = kernel
         self.widths = widths
         self.num_weights = num_weights
         self.tags = tags.streamed(num_weights, param_sizes)
@@ -95,6 +134,9 @@ class MetricStream:
         self.steps: list[int] = []
         self.times: list[float] = []
         self.last_flush = time.perf_counter()
+
+    def new_row(self) -> MetricRow:
+        return MetricRow(kernel=self.kernel)
 
     def end_row(self, step: int, row: MetricRow) -> None:
         self.rows.append(row)
@@ -114,27 +156,12 @@ class MetricStream:
         rows = self.rows
         if not rows:
             return MetricRows([], [], [], [])
-        n, k, layers = len(rows), self.num_weights, len(self.widths)
-        # float64 holds every value exactly (float32 values, small counts).
-        values = torch.stack([v for row in rows for v in row.values]).double().reshape(n, -1)
+        k = self.num_weights
+        values, nonzero, alive = self.kernel_block() if self.kernel else self.device_block()
         squared = torch.tensor(self.squared, device=values.device)
         total_grad_norm = values[:, 1 : 1 + k].sum(dim=1, keepdim=True).sqrt()
         values = torch.where(squared, values.sqrt(), values)
-        nonzero = torch.stack([c for row in rows for c in row.nonzero]).reshape(n, layers)
         exact_zeros = (self.batch * sum(self.widths) - nonzero.sum(dim=1, keepdim=True)).double()
-        # A unit is alive when some example of the batch gives it a nonzero activation (NaN
-        # included: a diverging run's units are not reported dead).
-        alive = torch.stack(
-            [
-                torch.count_nonzero(
-                    (torch.stack([row.unit_max[layer] for row in rows]) != 0)
-                    | (torch.stack([row.unit_min[layer] for row in rows]) != 0),
-                    dim=1,
-                )
-                for layer in range(layers)
-            ],
-            dim=1,
-        )
         dead_fraction = 1 - alive.sum(dim=1, keepdim=True).double() / sum(self.widths)
         host = torch.cat(
             [
@@ -151,3 +178,30 @@ class MetricStream:
         self.rows, self.steps, self.times = [], [], []
         self.last_flush = time.perf_counter()
         return block
+
+    def device_block(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows' values (float64: exact for float32 values and small counts), nonzero
+        counts and live units per layer, each kind stacked once."""
+        rows, layers = self.rows, len(self.widths)
+        values = torch.stack([v for row in rows for v in row.values]).double()
+        nonzero = torch.stack([c for row in rows for c in row.nonzero]).reshape(len(rows), layers)
+        # A unit is alive when some example of the batch gives it a nonzero activation (NaN
+        # included: a diverging run's units are not reported dead).
+        alive = torch.stack(
+            [
+                torch.count_nonzero(
+                    (torch.stack([row.unit_max[layer] for row in rows]) != 0)
+                    | (torch.stack([row.unit_min[layer] for row in rows]) != 0),
+                    dim=1,
+                )
+                for layer in range(layers)
+            ],
+            dim=1,
+        )
+        return values.reshape(len(rows), -1), nonzero, alive
+
+    def kernel_block(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """device_block's three, from kernel rows' host numbers."""
+        values = torch.tensor([row.values for row in self.rows], dtype=torch.float64)
+        nonzero = torch.tensor([row.nonzero for row in self.rows])
+        return values, nonzero, torch.tensor([row.alive for row in self.rows])

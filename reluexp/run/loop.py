@@ -8,7 +8,6 @@ import torch
 
 from reluexp.config import Config
 from reluexp.functions.targets import Activation
-from reluexp.record.metrics import MetricRow
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder
 from reluexp.run.batches import Batches
@@ -59,7 +58,7 @@ def train_loop(training: Training) -> None:
         # Print steps are recorded too: their lines come from the flushed rows.
         recording = step % config.log_every == 0 or config.prints_at(step) or last
         with torch.no_grad():
-            row = MetricRow() if recording else None
+            row = stream.new_row() if recording else None
             if row is not None:
                 row.record_activations(loss, hidden)
             # Held-out data, with the weights the step's loss saw (before its update), beside
