@@ -317,10 +317,13 @@ def test_a_signal_to_a_joblib_sweep_stops_every_job_resumably(tmp_path, signals,
     interrupted = [job.run_dir for job in jobs if job.summary.status == "interrupted"]
     assert all((run_dir / CHECKPOINT_NAME).is_file() for run_dir in interrupted)
     assert stderr.count("reluexp: interrupted after") == 2
-    resumed = run_cli(
-        f"resume={interrupted[0]}", "hydra.job_logging.root.level=ERROR", cwd=tmp_path
-    )
-    assert "completed after" in resumed.stderr
+    if signals == [("parent", signal.SIGTERM)]:
+        # Once: the checkpoint is the same whichever signal stopped the job, and resuming
+        # trains its ~39,600 remaining steps (9 s).
+        resumed = run_cli(
+            f"resume={interrupted[0]}", "hydra.job_logging.root.level=ERROR", cwd=tmp_path
+        )
+        assert "completed after" in resumed.stderr
 
 
 def test_a_failing_run_keeps_every_step_it_recorded(tmp_path):

@@ -1,5 +1,6 @@
 """Docs that run: every reluexp command in the README's bash blocks works as written."""
 
+import json
 import re
 import shlex
 import subprocess
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import EXPERIMENTS, REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -39,13 +40,18 @@ def shrunk(command: str) -> list[str]:
         return argv
     argv.append("steps=20" if argv[2] == "reluexp.check" else "steps=3")
     if "experiment=lr_search" in argv:
-        argv.append("hydra.sweeper.n_trials=2")
+        argv.append("hydra.sweeper.n_trials=3")
     return argv
 
 
 def test_the_readme_has_commands_to_run():
     assert len(commands()) >= 8
     assert "python -m reluexp" in commands()
+
+
+def test_the_readme_runs_every_named_study():
+    named = {arg.split("=", 1)[1] for c in commands() for arg in c.split() if "experiment=" in arg}
+    assert set(EXPERIMENTS) <= named
 
 
 def write_config_files(directory):
@@ -78,3 +84,11 @@ def test_readme_command_works_as_written(tmp_path, command):
         assert result.stdout.splitlines()[-1].startswith("MyReLU: WRONG. Report: ")
     else:
         assert result.returncode == 0, result.stderr[-2000:]
+    if "-m" in shlex.split(command)[3:]:  # a sweep: every job trained
+        (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
+        summaries = [json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")]
+        assert len(summaries) >= 3
+        assert all(
+            s["steps_done"] <= 3 and s["status"] in ("completed", "diverged") for s in summaries
+        )
+        assert (sweep_dir / "summary.md").is_file()

@@ -1,4 +1,4 @@
-"""Sweeps end to end: launchers, named studies, failures as results, and the sweep summary."""
+"""Sweeps end to end: launchers, failures as results, and the sweep summary."""
 
 import csv
 import json
@@ -28,7 +28,7 @@ from reluexp.sweeps.report.outputs import (
 )
 from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
 from reluexp.sweeps.terminal import closing_line
-from tests.helpers import EXPERIMENTS, SMALL, fake_sweep, run_cli, small_config
+from tests.helpers import SMALL, fake_sweep, run_cli, small_config
 
 pytestmark = pytest.mark.slow
 
@@ -189,19 +189,6 @@ def test_report_refuses_what_is_not_a_sweep(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
     assert report_main([str(tmp_path)]) == 2
     assert "no job directories" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("name", EXPERIMENTS)
-def test_named_studies_run_as_their_readme_says(tmp_path, name):
-    extra = ["hydra.sweeper.n_trials=3"] if name == "lr_search" else []
-    sweep_dir, _ = sweep(tmp_path, f"experiment={name}", "steps=3", "device=cpu", *extra)
-    summaries = job_summaries(sweep_dir)
-    assert len(summaries) >= 3
-    assert all(
-        s["steps_done"] <= 3 and s["status"] in ("completed", "diverged")
-        for s in summaries.values()
-    )
-    assert (sweep_dir / "summary.md").is_file()
 
 
 def test_slurm_preset_composes():
