@@ -10,13 +10,16 @@ from reluexp_fast import _kernel
 
 def serves(*tensors: torch.Tensor) -> bool:
     """The kernel takes these tensors: float32, CPU, contiguous."""
-    return all(
-        t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors
-    )
+    return all(map(_served, tensors))
+
+
+def _served(t: torch.Tensor) -> bool:
+    # Attributes, not t.device (an object made on every read): checked a few times a step.
+    return t.dtype is torch.float32 and t.is_cpu and t.is_contiguous()
 
 
 def _address(name: str, t: torch.Tensor, numel: int) -> int:
-    if not (isinstance(t, torch.Tensor) and serves(t)):
+    if not (isinstance(t, torch.Tensor) and _served(t)):
         raise ValueError(f"reluexp_fast: {name} must be a contiguous torch.float32 CPU tensor")
     if t.numel() != numel:
         raise ValueError(f"reluexp_fast: {name} has {t.numel()} elements, {numel} expected")
