@@ -26,11 +26,11 @@ def flat(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
 
 
-def squared_norm(flat: torch.Tensor) -> torch.Tensor:
-    """||flat||^2 as one BLAS dot product in the tensor's dtype: at the reference size half
-    the time of torch.linalg.vector_norm, whose reduction is not a BLAS call
+def squared_norm(vector: torch.Tensor) -> torch.Tensor:
+    """||vector||^2 (a `flat` tensor) as one BLAS dot product in its dtype: at the reference
+    size half the time of torch.linalg.vector_norm, whose reduction is not a BLAS call
     (benchmarks/overhead.py)."""
-    return torch.dot(flat, flat)
+    return torch.dot(vector, vector)
 
 
 @dataclass
@@ -58,9 +58,9 @@ class MetricRow:
     # The loss, the squared norms and the activation's parameter statistics (tags.streamed's
     # order, squared norms in place of norms).
     values: list = field(default_factory=list)
-    # Per hidden layer: its nonzero pre-activations, and each unit's extremes over the batch
-    # (two reductions: a third of the time of one count per unit), or, in a kernel row, its
-    # count of live units.
+    # Per hidden layer: its count of nonzero pre-activations, and each unit's extremes over
+    # the batch (two reductions: a third of the time of one count per unit); a kernel row
+    # holds the counts as ints and, in place of the extremes, the layer's live units.
     nonzero: list = field(default_factory=list)
     unit_max: list[torch.Tensor] = field(default_factory=list)
     unit_min: list[torch.Tensor] = field(default_factory=list)
