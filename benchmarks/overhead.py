@@ -6,12 +6,10 @@
 In-process per-step time (same process, alternating, both under reluexp's malloc settings), and
 whole-process wall time of `python -m reluexp device=cpu` against `python benchmarks/article.py`
 at the reference size: one step (start-up) and 6000 steps, and the same process ending without
-the gc.freeze() of reluexp.__main__. With the kernel (pip install ./fast) installed, the stream as
-shipped goes through it; the torch ops are measured beside it, in-process and as a 6000-step
-process. Where the torch ops' time goes: their norms taken by torch.linalg.vector_norm (in
-float32, and in float64 as an older torch path did). --compare PYTHON adds another
-installation's reluexp (an older commit's, say) beside this one, in the same run: its streamed
-loop in a fresh process and its whole processes.
+the gc.freeze() of reluexp.__main__. Where the stream's time goes: its norms taken by
+torch.linalg.vector_norm instead (in float32, and in float64 as an older path did).
+--compare PYTHON adds another installation's reluexp (an older commit's, say) beside this one,
+in the same run: its streamed loop in a fresh process and its whole processes.
 """
 
 import argparse
@@ -81,24 +79,13 @@ def float64_norm_squared(tensor: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(tensor.detach(), dtype=torch.float64) ** 2
 
 
-@contextlib.contextmanager
-def torch_ops(squared_norm=metrics.squared_norm):
-    """The stream by torch ops, as without the kernel (reluexp_fast) installed."""
-    with (
-        mock.patch.object(metrics, "reluexp_fast", None),
-        mock.patch.object(metrics, "squared_norm", squared_norm),
-    ):
-        yield
-
-
 # The streamed loop with one thing changed, to show what each part of a row costs.
 VARIANTS = {
     "as shipped": contextlib.nullcontext,
-    "torch ops (without the kernel)": torch_ops,
-    "torch ops, norms by torch.linalg.vector_norm instead of a dot product": lambda: torch_ops(
-        vector_norm_squared
+    "norms by torch.linalg.vector_norm instead of a dot product": lambda: mock.patch.object(
+        metrics, "squared_norm", vector_norm_squared
     ),
-    "torch ops, norms in float64": lambda: torch_ops(float64_norm_squared),
+    "norms in float64": lambda: mock.patch.object(metrics, "squared_norm", float64_norm_squared),
 }
 
 
@@ -106,11 +93,6 @@ VARIANTS = {
 WHOLE_PROCESS_STEPS = (1, 6000)
 # python -m reluexp without reluexp.__main__'s gc.freeze() at the end.
 WITHOUT_FREEZE = "import sys; from reluexp.cli import main; main()"
-# python -m reluexp as without the kernel installed (None in sys.modules fails its import).
-WITHOUT_KERNEL = (
-    "import runpy, sys; sys.modules['reluexp_fast'] = None; "
-    "runpy.run_module('reluexp', run_name='__main__')"
-)
 # The streamed loop's time per step, in a fresh process of the given python (this tree's
 # layout, or an older commit's reluexp.train).
 LOOP_IN_A_PROCESS = """
@@ -202,14 +184,6 @@ def main() -> None:
         for steps in WHOLE_PROCESS_STEPS
     }
     commands = {name: [sys.executable, *argv] for pair in pairs.values() for name, argv in pair}
-    if metrics.reluexp_fast is not None:
-        commands[f"`python -m reluexp device=cpu steps={WHOLE_PROCESS_STEPS[-1]}`, torch ops"] = [
-            sys.executable,
-            "-c",
-            WITHOUT_KERNEL,
-            "device=cpu",
-            f"steps={WHOLE_PROCESS_STEPS[-1]}",
-        ]
     commands["`python -m reluexp device=cpu steps=1`, ending without gc.freeze()"] = [
         sys.executable,
         "-c",

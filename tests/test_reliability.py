@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from reluexp.config import ConfigError, config_from_dict
+from reluexp.config import Config, ConfigError, config_from_dict
+from reluexp.record.metrics import squared_norm
 from reluexp.run import losses as objectives
 from reluexp.run import runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
@@ -230,6 +231,48 @@ def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
     assert not math.isfinite(logged[-1][1])
     assert all(math.isfinite(v) for _, v in logged[:-1])
     assert math.isfinite(final_loss) == (on != "loss")
+
+
+def test_a_finite_gradient_streams_its_norm_however_large_and_the_run_goes_on(tmp_path):
+    """42.1: at step 1 of this run w1's gradient norm is ~7.8e20, finite; its square overflows
+    float32, which once streamed inf and called the run diverged."""
+    config = Config(device="cpu", lr=1e-5, steps=60)
+    config.model.hidden = [256, 128]
+    result = runner.run(config, tmp_path)
+    # An independent float64 reading of the same two steps.
+    generator = torch.Generator("cpu").manual_seed(42)
+    x, y = torch.randn(64, 1000, generator=generator), torch.randn(64, 10, generator=generator)
+    weights = [
+        torch.randn(a, b, generator=generator, requires_grad=True)
+        for a, b in [(1000, 256), (256, 128), (128, 10)]
+    ]
+    for _ in range(2):
+        h = x
+        for w in weights[:-1]:
+            h = h.mm(w).clamp(min=0)
+        (h.mm(weights[-1]) - y).pow(2).sum().backward()
+        norms = [w.grad.double().norm().item() for w in weights]
+        with torch.no_grad():
+            for w in weights:
+                w -= 1e-5 * w.grad
+                w.grad = None
+    streamed = scalars(tmp_path)
+    assert norms[0] > 1e20 and all(math.isfinite(n) for n in norms)
+    for i, norm in enumerate(norms, 1):
+        assert streamed[f"norm/grad_w{i}"][1][1] == pytest.approx(norm, rel=1e-5)
+    assert streamed["norm/grad_total"][1][1] == pytest.approx(math.hypot(*norms), rel=1e-5)
+    # What really happened: the step killed the network, which trains on as a dead one.
+    assert result.status == "completed" and result.steps_done == 60
+    warnings = summary(tmp_path)["warnings"]
+    assert any(w.startswith("gradients vanished from step 2") for w in warnings)
+
+
+def test_a_squared_norm_leaves_float32s_range_only_where_the_norm_does():
+    big = torch.full((1000,), 3e19)
+    tiny = torch.full((1000,), 1e-25)
+    for vector in (big, tiny, torch.zeros(3), torch.tensor([3.0, 4.0])):
+        assert squared_norm(vector).item() == pytest.approx(vector.double().pow(2).sum().item())
+    assert squared_norm(torch.tensor([3e38, math.inf])).item() == math.inf
 
 
 def test_non_finite_gradients_diverge_naming_the_tensor(tmp_path):

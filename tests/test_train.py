@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from reluexp.config import Config, ConfigError
-from reluexp.record import metrics
 from reluexp.record.metrics import MetricStream
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
@@ -171,18 +170,7 @@ def test_compile_keeps_the_reference_numbers_within_float_rounding(tmp_path):
     torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize(
-    "kernel",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.skipif(metrics.reluexp_fast is None, reason="pip install ./fast"),
-        ),
-    ],
-    ids=["torch ops", "kernel"],
-)
-def test_a_row_counts_dead_units_zeros_and_norms(kernel):
+def test_a_row_counts_dead_units_zeros_and_norms():
     # Units: always 0 (dead), 0 or negative (alive, as a leaky unit), mixed (alive), -0.0
     # (dead), NaN in one example (alive: a diverging run's units are not reported dead).
     nan = math.nan
@@ -190,10 +178,9 @@ def test_a_row_counts_dead_units_zeros_and_norms(kernel):
     pre = torch.tensor([[0.0, -5.0, -1.0, -0.0, 1.0], [-3.0, -1.0, 2.0, -2.0, nan]])
     weights = [torch.ones(29, 7, requires_grad=True), torch.ones(5, 1, requires_grad=True)]
     weights[0].grad, weights[1].grad = torch.full((29, 7), 2.0), torch.zeros(5, 1)
-    stream = MetricStream(batch=2, widths=[5], num_weights=2, param_sizes={}, kernel=kernel)
+    stream = MetricStream(batch=2, widths=[5], num_weights=2, param_sizes={})
     update = WeightUpdate(Config(lr=0.25), weights, [], [])
     row = stream.new_row()
-    assert row.kernel == kernel
     # post laid out column by column (an activation may return any strides).
     row.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T)])
     with torch.no_grad():
@@ -206,7 +193,7 @@ def test_a_row_counts_dead_units_zeros_and_norms(kernel):
     assert row["loss/train"] == 1.5
     assert row["units/dead_fraction"] == 0.4
     assert row["units/exact_zeros"] == 2
-    # Squares summed in float32 (torch ops) or double (the kernel): exact here.
+    # Squares summed in float32: exact here.
     assert row["norm/grad_w1"] == math.sqrt(4 * 203)
     assert row["norm/grad_total"] == math.sqrt(4 * 203)
     # The seed's update: 1 - 0.25 * 2 = 0.5 everywhere; the gradients are dropped.

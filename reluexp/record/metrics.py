@@ -1,17 +1,13 @@
 """Per-step metrics: a few torch ops on the device per logged step, brought to the host in blocks
 (one stack and one copy per block: no host sync between flushes)."""
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 
 from reluexp.record import tags
-
-try:
-    import reluexp_fast
-except ImportError:  # the optional kernel (pip install ./fast): torch ops do the same work
-    reluexp_fast = None
 
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
@@ -29,8 +25,20 @@ def flat(tensor: torch.Tensor) -> torch.Tensor:
 def squared_norm(vector: torch.Tensor) -> torch.Tensor:
     """||vector||^2 (a `flat` tensor) as one BLAS dot product in its dtype: at the reference
     size half the time of torch.linalg.vector_norm, whose reduction is not a BLAS call
-    (benchmarks/overhead.py)."""
-    return torch.dot(vector, vector)
+    (benchmarks/overhead.py). Where the square leaves the dtype's normal range while the norm
+    itself is finite and nonzero (in float32, a norm above ~1.8e19 or below ~1.1e-19), the
+    vector again in float64, where such squares fit: a norm streams as inf only where it is
+    inf. On the CPU the dot's value is read at once (no device to wait for, ~1 us) and the
+    float64 pass runs only then; on an accelerator, where a read would wait on the device every
+    step, the float64 pass is taken every time."""
+    if vector.dtype == torch.float64:
+        return torch.dot(vector, vector)
+    if vector.is_cpu:
+        squared = torch.dot(vector, vector)
+        if torch.finfo(vector.dtype).tiny <= squared.item() < math.inf:
+            return squared
+    wide = vector.double()
+    return torch.dot(wide, wide)
 
 
 @dataclass
@@ -47,33 +55,19 @@ class MetricRows:
 @dataclass
 class MetricRow:
     """One logged step's values, in the order they are recorded: `record_activations` after
-    the backward, `record_grad_norms` before the update and `record_weight_norms` after it (or
-    `record_norms` from the kernel's update), `record_activation_params` last.
+    the backward, `record_grad_norms` before the update and `record_weight_norms` after it,
+    `record_activation_params` last. They stay on the device until the flush."""
 
-    Torch ops keep them on the device until the flush. A kernel row (reluexp_fast installed, a
-    float32 CPU run with the seed's update) holds host numbers: the kernel reads a hidden layer
-    once for its counters, and the update takes both norms in its own pass."""
-
-    kernel: bool = False
     # The loss, the squared norms and the activation's parameter statistics (tags.streamed's
     # order, squared norms in place of norms).
-    values: list = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
     # Per hidden layer: its count of nonzero pre-activations, and each unit's extremes over
-    # the batch (two reductions: a third of the time of one count per unit); a kernel row
-    # holds the counts as ints and, in place of the extremes, the layer's live units.
-    nonzero: list = field(default_factory=list)
+    # the batch (two reductions: a third of the time of one count per unit).
+    nonzero: list[torch.Tensor] = field(default_factory=list)
     unit_max: list[torch.Tensor] = field(default_factory=list)
     unit_min: list[torch.Tensor] = field(default_factory=list)
-    alive: list[int] = field(default_factory=list)
 
     def record_activations(self, loss: torch.Tensor, hidden: list) -> None:
-        if self.kernel:
-            self.values.append(loss.item())  # a CPU run: no device to wait for
-            for pre, post in hidden:
-                nonzero, alive = reluexp_fast.layer_counts(pre.contiguous(), post.contiguous())
-                self.nonzero.append(nonzero)
-                self.alive.append(alive)
-            return
         self.values.append(loss.detach())
         for pre, post in hidden:
             self.nonzero.append(torch.count_nonzero(pre))
@@ -88,10 +82,6 @@ class MetricRow:
         more in dispatch than in arithmetic."""
         self.values += [squared_norm(w) for w in flat_weights]
 
-    def record_norms(self, grad_squares: list[float], weight_squares: list[float]) -> None:
-        """The kernel's squared norms, taken in its update."""
-        self.values += [*grad_squares, *weight_squares]
-
     def record_activation_params(self, params: list[torch.Tensor]) -> None:
         """A scalar parameter's value; a tensor's squared norm, mean, min, max
         (tags.activation_params)."""
@@ -101,7 +91,7 @@ class MetricRow:
                 statistics = [p.reshape(()).clone()]
             else:
                 statistics = [squared_norm(flat(p)), p.mean(), p.min(), p.max()]
-            self.values += [v.item() for v in statistics] if self.kernel else statistics
+            self.values += statistics
 
 
 class MetricStream:
@@ -118,11 +108,8 @@ class MetricStream:
         widths: list[int],
         num_weights: int,
         param_sizes: dict[str, int],
-        kernel: bool = False,
     ):
         self.batch = batch
-        # Its rows are kernel rows (MetricRow).
-        self.kernel = kernel
         self.widths = widths
         self.num_weights = num_weights
         self.tags = tags.streamed(num_weights, param_sizes)
@@ -136,7 +123,7 @@ class MetricStream:
         self.last_flush = time.perf_counter()
 
     def new_row(self) -> MetricRow:
-        return MetricRow(kernel=self.kernel)
+        return MetricRow()
 
     def end_row(self, step: int, row: MetricRow) -> None:
         self.rows.append(row)
@@ -157,7 +144,7 @@ class MetricStream:
         if not rows:
             return MetricRows([], [], [], [])
         k = self.num_weights
-        values, nonzero, alive = self.kernel_block() if self.kernel else self.device_block()
+        values, nonzero, alive = self.device_block()
         squared = torch.tensor(self.squared, device=values.device)
         total_grad_norm = values[:, 1 : 1 + k].sum(dim=1, keepdim=True).sqrt()
         values = torch.where(squared, values.sqrt(), values)
@@ -199,9 +186,3 @@ class MetricStream:
             dim=1,
         )
         return values.reshape(len(rows), -1), nonzero, alive
-
-    def kernel_block(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """device_block's three, from kernel rows' host numbers."""
-        values = torch.tensor([row.values for row in self.rows], dtype=torch.float64)
-        nonzero = torch.tensor([row.nonzero for row in self.rows])
-        return values, nonzero, torch.tensor([row.alive for row in self.rows])

@@ -74,7 +74,7 @@ class Recorder:
         self.series = Series()
         sizes = {name: p.numel() for name, p in state.activation_params.items()}
         self.stream = MetricStream(
-            batch, hidden_sizes(config.model.hidden), len(state.weights), sizes, state.update.kernel
+            batch, hidden_sizes(config.model.hidden), len(state.weights), sizes
         )
         streamed = self.stream.tags
         self.total_grad_norm = streamed.index(tags.GRAD_NORM_TOTAL)

@@ -1,20 +1,18 @@
-"""How the weights move each step, built in one place: the seed's `w -= lr * w.grad` (by the
-optional kernel, reluexp_fast, where it serves), or a torch.optim optimizer."""
+"""How the weights move each step, built in one place: the seed's `w -= lr * w.grad`, or a
+torch.optim optimizer."""
 
 from typing import Any
 
 import torch
 
 from reluexp.config import Config, Optimizer
-from reluexp.record import metrics
 from reluexp.record.metrics import MetricRow, flat
 
 
 class WeightUpdate:
     """A step's update of the weights and of what is trained beside them (biases, the
     activation's own parameters). A recorded step's gradient norms are taken before it (it
-    consumes the gradients) and its weight norms after it; with the kernel, the seed's update
-    takes both in its own pass over each weight."""
+    consumes the gradients) and its weight norms after it."""
 
     def __init__(
         self,
@@ -37,14 +35,8 @@ class WeightUpdate:
             self.optimizer = torch.optim.SGD(trained, lr=config.lr)
         elif config.optimizer == Optimizer.adam:
             self.optimizer = torch.optim.Adam(trained, lr=config.lr)
-        # Recorded steps of a float32 CPU run with the seed's update go through the kernel.
-        fast = metrics.reluexp_fast
-        self.kernel = fast is not None and self.optimizer is None and fast.serves(*weights)
 
     def __call__(self, row: MetricRow | None) -> None:
-        if row is not None and row.kernel:
-            self.kernel_update(row)
-            return
         if row is not None:
             row.record_grad_norms(self.weights)
         if self.optimizer is None:
@@ -55,19 +47,6 @@ class WeightUpdate:
         if row is not None:
             row.record_weight_norms(self.flat_weights)
             row.record_activation_params(self.activation_params)
-
-    def kernel_update(self, row: MetricRow) -> None:
-        """The seed's update of the weights with their norms, in one pass each; then what is
-        trained beside them."""
-        squares = [
-            metrics.reluexp_fast.update_and_norms(w.detach(), w.grad.contiguous(), self.lr)
-            for w in self.weights
-        ]
-        for w in self.weights:
-            w.grad = None
-        row.record_norms([grad for grad, _ in squares], [weight for _, weight in squares])
-        self.seed_update(self.beside)
-        row.record_activation_params(self.activation_params)
 
     def seed_update(self, tensors: list[torch.Tensor]) -> None:
         for w in tensors:
