@@ -30,10 +30,10 @@ from reluexp.run.resumes import (
     hydra_quoted_resume,
     is_confirmation,
     requeued,
-    same_run,
 )
 from reluexp.run.rundir import shown_path
 from reluexp.run.signals import InterruptSignals, StopSignals, slurm_job_id
+from reluexp.sweeps.finish import check_same_sweep
 from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.slurm import check_slurm_resources
 from reluexp.sweeps.terminal import (
@@ -48,6 +48,7 @@ from reluexp.sweeps.workers import (
     exit_when_the_sweep_ends,
     in_worker_processes,
     stop_workers_on_signals,
+    threads_per_job,
 )
 
 log = logging.getLogger("reluexp")
@@ -133,6 +134,7 @@ class Lifecycle(Callback):
             check_job_name(config.hydra.job.name)
             if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
                 check_slurm_resources(config.hydra.launcher)
+            check_same_sweep(config)
             check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
         SWEEPS.append(Path(config.hydra.sweep.dir))
         if not config.quiet:
@@ -200,16 +202,6 @@ def check_resume(config: DictConfig) -> None:
             file=sys.stderr,
         )
         sys.exit(0)
-
-
-def threads_for(hydra_config: DictConfig) -> int | None:
-    """Parallel local jobs share the cores: each gets its slice, so none oversubscribes."""
-    launcher = hydra_config.launcher
-    if not in_worker_processes(hydra_config):
-        return None
-    cores = os.cpu_count() or 1
-    n_jobs = launcher.n_jobs if launcher.n_jobs > 0 else cores
-    return max(1, cores // min(n_jobs, cores))
 
 
 def say_closing(line: str) -> None:
@@ -314,7 +306,7 @@ def task(cfg: DictConfig) -> float:
     config = OmegaConf.to_object(cfg)
     hydra_config = HydraConfig.get()
     if config.threads is None:
-        config.threads = threads_for(hydra_config)
+        config.threads = threads_per_job(hydra_config)
     if hydra_config.mode != RunMode.MULTIRUN:
         with log_level(config):
             return run_job(config, hydra_config)
@@ -335,12 +327,10 @@ def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) 
     overrides = list(hydra_config.overrides.task)
     single = hydra_config.mode != RunMode.MULTIRUN
     worker = in_worker_processes(hydra_config)
-    # A sweep run again into its own directory (the sweep's finish command): each job
-    # continues where it stopped; a finished one is left as it is.
+    # A sweep run again into its own directory (its finish command, checked to be the same
+    # sweep: sweeps.finish): each job continues where it stopped; a finished one is left as
+    # it is.
     continued = not single and (run_dir / SUMMARY_NAME).is_file()
-    if continued and not same_run(run_dir, config):
-        log.error("%s holds a run of another config; left as it is", run_dir)
-        return math.nan
     try:
         with StopSignals(second_exits=not worker) as stop:
             if config.resume is not None or requeued(run_dir) or continued:

@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -425,27 +426,29 @@ def test_a_report_draws_whatever_mplbackend_says(tmp_path):
     assert (sweep_dir / "loss_curves.png").read_bytes().startswith(b"\x89PNG")
 
 
+FINISHED_SWEEP = ["-m", "seed=0,1,2", "steps=20", "checkpoint_every=10", *SMALL]
+
+
+def stopped_sweep(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A sweep of three jobs as a stop leaves it: the first completed, the second interrupted,
+    the third never started."""
+    sweep_dir = tmp_path / "sweep"
+    run_cli(*FINISHED_SWEEP, f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path)
+    jobs = sorted(sweep_dir.glob("[0-9][0-9][0-9]_*"))
+    stopped = json.loads((jobs[1] / "summary.json").read_text())
+    stopped["status"] = "interrupted"
+    (jobs[1] / "summary.json").write_text(json.dumps(stopped))
+    for path in jobs[2].glob("*"):  # as Hydra leaves a job it never reached: no run in it
+        if path.is_file():
+            path.unlink()
+    return sweep_dir, jobs
+
+
 @pytest.mark.slow
 def test_a_stopped_sweep_is_finished_by_the_command_its_closing_line_gives(tmp_path):
     """33.1: one command finishes the sweep: the interrupted job resumes, the job never
     started starts, the completed one is left byte for byte."""
-    sweep_dir = tmp_path / "sweep"
-    run_cli(
-        "-m",
-        "seed=0,1,2",
-        "steps=20",
-        "checkpoint_every=10",
-        *SMALL,
-        f"hydra.sweep.dir={sweep_dir}",
-        cwd=tmp_path,
-    )
-    first, second, third = sorted(sweep_dir.glob("[0-9][0-9][0-9]_*"))
-    stopped = json.loads((second / "summary.json").read_text())
-    stopped["status"] = "interrupted"
-    (second / "summary.json").write_text(json.dumps(stopped))
-    for path in third.glob("*"):  # as Hydra leaves a job it never reached: no run in it
-        if path.is_file():
-            path.unlink()
+    sweep_dir, (first, second, third) = stopped_sweep(tmp_path)
     # Its records: summary, events, checkpoint (Hydra rewrites .hydra/; the log says "nothing
     # to resume").
     records = [p for p in first.iterdir() if p.is_file() and p.name != "reluexp.log"]
@@ -453,17 +456,7 @@ def test_a_stopped_sweep_is_finished_by_the_command_its_closing_line_gives(tmp_p
     line = closing_line(sweep_dir, find_jobs(sweep_dir))
     finish = line.split("Finish it: ")[1]
     assert finish == shlex.join(
-        [
-            "python",
-            "-m",
-            "reluexp",
-            "-m",
-            "seed=0,1,2",
-            "steps=20",
-            "checkpoint_every=10",
-            *SMALL,
-            f"hydra.sweep.dir={sweep_dir}",
-        ]
+        ["python", "-m", "reluexp", *FINISHED_SWEEP, f"hydra.sweep.dir={sweep_dir}"]
     )
     result = run_cli(*shlex.split(finish)[3:], cwd=tmp_path)  # after "python -m reluexp"
     summaries = [json.loads((job / "summary.json").read_text()) for job in (first, second, third)]
@@ -471,6 +464,42 @@ def test_a_stopped_sweep_is_finished_by_the_command_its_closing_line_gives(tmp_p
     assert [s["resumes"] for s in summaries] == [0, 1, 0]
     assert {p: p.read_bytes() for p in before} == before
     assert "Finish it" not in result.stderr
+
+
+def files_below(directory: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (["steps=40"], "its jobs have steps=20, this command's steps=40"),
+        (["seed=2,1,0"], "its job 0 is seed=0 steps=20"),
+        (["seed=0,1,2,3"], "its jobs have no other override, this command's seed=3"),
+        # As if a config file had changed since the second job ran.
+        ("edited", "ran with lr=1e-05, this command composes lr=1e-06 for it"),
+    ],
+    ids=["changed override", "another order", "another job", "edited config"],
+)
+def test_a_finish_command_whose_jobs_differ_is_refused_before_anything_runs(tmp_path, change, said):
+    """42.2: a sweep directory holds one sweep; a command with other jobs, or whose jobs
+    compose to other configs than they ran with, would mix two sweeps in one report."""
+    sweep_dir, jobs = stopped_sweep(tmp_path)
+    arguments = [*FINISHED_SWEEP, f"hydra.sweep.dir={sweep_dir}"]
+    if change == "edited":
+        stopped = json.loads((jobs[1] / "summary.json").read_text())
+        stopped["config"]["lr"] = 1e-5
+        (jobs[1] / "summary.json").write_text(json.dumps(stopped))
+    else:
+        key = change[0].split("=")[0]
+        arguments = [a for a in arguments if not a.startswith(f"{key}=")] + change
+    before = files_below(sweep_dir)
+    result = run_cli(*arguments, cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert result.stderr.startswith("reluexp: error: hydra.sweep.dir=sweep holds another sweep: ")
+    assert said in result.stderr and len(result.stderr.splitlines()) == 1
+    assert files_below(sweep_dir) == before
 
 
 def test_a_job_directory_name_fits_a_file_name_and_stays_distinct():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp.config import Config, DataName, config_dict
-from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
+from reluexp.config import Config, DataName
+from reluexp.record.summary import SUMMARY_NAME
 
 
 def imported_paths(config: Config) -> dict[str, str]:
@@ -46,14 +46,6 @@ def hydra_quoted_resume(arg: str) -> str:
     if not arg.startswith("resume=") or value == "null" or value[:1] in ("'", '"'):
         return arg
     return "resume='" + value.replace("'", "\\'") + "'"
-
-
-def same_run(run_dir: Path, config: Config) -> bool:
-    """The run in run_dir was started by this config (an unreadable summary is no run of it)."""
-    try:
-        return RunSummary.read(run_dir).config == config_dict(config)
-    except SummaryError:
-        return False
 
 
 def requeued(run_dir: Path) -> bool:

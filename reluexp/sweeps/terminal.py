@@ -3,7 +3,6 @@ sweep, its loss lines told apart by job, and one closing line once it ends."""
 
 import logging
 import math
-import shlex
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -12,10 +11,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from reluexp.record.summary import RunSummary
 from reluexp.run.rundir import shown_path
+from reluexp.sweeps.finish import UNFINISHED, finish_command
 from reluexp.sweeps.report.discovery import Job, jobs_in, planned_jobs
 from reluexp.sweeps.report.outputs import write_report
 
@@ -100,23 +100,6 @@ def loss_lines_labelled(number: int, plan: Plan) -> Iterator[None]:
         yield
     finally:
         loss_log.removeFilter(prefix)
-
-
-# Job statuses a sweep run again into its own directory finishes (cli.run_job).
-UNFINISHED = ("interrupted", "not started", "running")
-
-
-def finish_command(sweep_dir: Path) -> str | None:
-    """The command that finishes a stopped sweep: the sweep's own command line (multirun.yaml's
-    overrides) into its own directory, where each job continues from where it stopped and a
-    finished one is left as it is. None without a readable multirun.yaml."""
-    try:
-        overrides = OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides
-        arguments = [*overrides.hydra, *overrides.task]
-    except Exception:  # missing or damaged: the summary says so
-        return None
-    kept = [a for a in arguments if not a.startswith(("hydra.sweep.dir=", "hydra.mode="))]
-    return shlex.join(["python", "-m", "reluexp", "-m", *kept, f"hydra.sweep.dir={sweep_dir}"])
 
 
 def closing_line(sweep_dir: Path, jobs: list[Job]) -> str:

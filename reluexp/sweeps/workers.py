@@ -29,6 +29,16 @@ def in_worker_processes(hydra_config: DictConfig) -> bool:
     return "joblib" in str(hydra_config.launcher.get("_target_", ""))
 
 
+def threads_per_job(hydra_config: DictConfig) -> int | None:
+    """Parallel local jobs share the cores: each gets its slice, so none oversubscribes (None:
+    the jobs run one at a time, with torch's default)."""
+    if not in_worker_processes(hydra_config):
+        return None
+    cores = os.cpu_count() or 1
+    n_jobs = hydra_config.launcher.n_jobs if hydra_config.launcher.n_jobs > 0 else cores
+    return max(1, cores // min(n_jobs, cores))
+
+
 def running_jobs(sweep_dir: Path) -> list[Path]:
     """The sweep's job directories whose run still says `running`."""
     found = []
