@@ -135,16 +135,17 @@ def interrupted_run(run_dir: Path) -> Path:
 
 
 def fake_sweep(sweep_dir: Path, jobs: dict) -> None:
-    """Job directories as Hydra lays them out, each of its overrides -> Config trained
-    in-process (None: never trained)."""
+    """Job directories as Hydra lays them out, each of its overrides (separated by spaces) ->
+    Config trained in-process (None: never trained)."""
     from reluexp.run import runner
 
     for number, (overrides, config) in enumerate(jobs.items()):
-        job_dir = sweep_dir / f"{number:03d}_{overrides}"
+        listed = overrides.split()
+        job_dir = sweep_dir / f"{number:03d}_{','.join(listed)}"
         (job_dir / ".hydra").mkdir(parents=True)
-        (job_dir / ".hydra" / "overrides.yaml").write_text(f"- {overrides}\n")
+        (job_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in listed))
         if config is not None:
-            runner.run(config, job_dir, overrides=[overrides])
+            runner.run(config, job_dir, overrides=listed)
 
 
 def tensorboard(run_dir: Path):

@@ -262,7 +262,10 @@ def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_pa
     (sweep_dir,) = multirun.iterdir()
     text = (sweep_dir / "summary.md").read_text()
     assert "4 jobs: interrupted: 1, not started: 3" in text
-    assert "Losses aggregate the 0 completed runs (4 left out)" in text
+    assert (
+        "Losses aggregate the 0 completed runs with a finite final loss (left out: 4 not "
+        "completed)" in text
+    )
     (row,) = csv.DictReader((sweep_dir / "summary.csv").open())
     assert (row["jobs"], row["interrupted"], row["not_started"]) == ("4", "1", "3")
     assert row["final_loss_mean"] == ""  # nothing completed: no mean of runs stopped early

@@ -2,6 +2,10 @@
 
 import itertools
 import math
+import os
+import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -89,7 +93,8 @@ def test_a_derived_file_is_written_aside_under_a_name_tensorboard_never_lists(
 ):
     """31.3: while a report writes, the run directory holds no extra run (no subdirectory)
     and no second event file; a write killed mid-way (its temp file left, torn) changes
-    nothing of the next one; two writers never share a temp file."""
+    nothing of the next one, which removes its temp file (42.3); two writers never share a temp
+    file, and a living writer's is left alone."""
     seen = []
     images = EventWriter.images
 
@@ -98,18 +103,41 @@ def test_a_derived_file_is_written_aside_under_a_name_tensorboard_never_lists(
         seen.append(sorted(p.name for p in tmp_path.iterdir()))
 
     monkeypatch.setattr(EventWriter, "images", look_mid_write)
-    (tmp_path / ".reluexp-report.killed.tmp").write_bytes(b"\x10\x00torn")  # a killed write's
-    for _ in range(2):
-        write_derived(tmp_path, "report", series={"a/b": {0: 1.0, 1: 2.0}}, images={"i": PNG})
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    living = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed = tmp_path / f".reluexp-report.{ended.pid}.0badc0de.tmp"
+    other = tmp_path / f".reluexp-report.{living.pid}.12345678.tmp"
+    try:
+        for temporary in (killed, other):
+            temporary.write_bytes(b"\x10\x00torn")
+        for _ in range(2):
+            write_derived(tmp_path, "report", series={"a/b": {0: 1.0, 1: 2.0}}, images={"i": PNG})
+    finally:
+        living.kill()
+        living.wait()
     final = "events.out.tfevents.reluexp-report"
     for names in seen:
         assert [n for n in names if "tfevents" in n] in ([], [final])
         assert not any((tmp_path / n).is_dir() for n in names)
-        assert len([n for n in names if n.endswith(".tmp")]) == 2  # the killed one and its own
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".reluexp-report.killed.tmp", final]
+        temporaries = [n for n in names if n.endswith(".tmp")]
+        assert other.name in temporaries and len(temporaries) == 2  # the other's and its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, final]
     events = tensorboard(tmp_path)
     assert [(e.step, e.value) for e in events.Scalars("a/b")] == [(0, 1.0), (1, 2.0)]
     assert len(events.Images("i")) == 1
+
+
+def test_a_derived_file_has_the_mode_of_a_runs_own_files(tmp_path):
+    """42.3: readable by a TensorBoard that another user runs, as the run's events are."""
+    previous = os.umask(0o022)
+    try:
+        EventWriter(tmp_path, start_step=0).close()
+        write_derived(tmp_path, "report", series={"a/b": {0: 1.0}})
+    finally:
+        os.umask(previous)
+    modes = {p.name.split(".")[3]: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
+    assert set(modes.values()) == {0o644}, modes
 
 
 def test_event_files_sort_in_writing_order_within_one_second(tmp_path, monkeypatch):

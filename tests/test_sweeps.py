@@ -189,7 +189,37 @@ def test_report_refuses_what_is_not_a_sweep(tmp_path, capsys):
     assert report_main([str(tmp_path / "missing")]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert report_main([str(tmp_path)]) == 2
-    assert "no job directories" in capsys.readouterr().err
+    assert "no job directories and no multirun.yaml in it" in capsys.readouterr().err
+
+
+def test_a_sweep_stopped_before_its_first_job_is_reported_as_planned(tmp_path, capsys):
+    """42.3: its plan alone (multirun.yaml): every job listed, not started."""
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    params: null\n  overrides:\n    hydra: []\n"
+        "    task: ['seed=0,1,2', steps=5]\n"
+    )
+    assert report_main([str(tmp_path)]) == 0
+    assert "3 jobs: not started: 3" in capsys.readouterr().out
+    (row,) = csv.DictReader((tmp_path / "summary.csv").open())
+    assert (row["group"], row["not_started"]) == ("steps=5", "3")
+
+
+def test_a_report_says_how_many_runs_its_losses_aggregate(tmp_path):
+    """42.3: completed runs without a final loss (steps=0) are not among those aggregated,
+    and the pairs they are in are left out as such, not as unpaired."""
+    jobs = {}
+    for seed in range(4):
+        for activation in ("myrelu", "relu"):
+            config = small_config(steps=0 if seed >= 2 else 3, seed=seed)
+            target = {"myrelu": "reluexp.functions.MyReLU", "relu": "torch.relu"}[activation]
+            config.activation.name, config.activation.target = activation, target
+            jobs[f"activation={activation} seed={seed}"] = config
+    fake_sweep(tmp_path, jobs)
+    write_report(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert "Losses aggregate the 4 completed runs with a finite final loss (left out: 4 " in text
+    assert "(over 2 of 4 completed jobs)" in text
+    assert "(left out: seed 2, 3: no finite final loss)" in text
 
 
 def test_slurm_preset_composes():
@@ -350,9 +380,9 @@ def test_paired_numbers_are_over_the_paired_seeds_and_name_the_others():
         group.jobs.append(Job(None, RunSummary(status="completed", seed=seed, final_loss=50.0)))
     comparison = paired(group)
     assert comparison.differences == [0.5, 0.5, 0.5]
-    assert comparison.unpaired == [3, 4]
+    assert comparison.left_out == {"no reference run": [3, 4]}
     assert comparison.verdict == (
-        "custom worse by 50% ± 0% final loss over 3 seeds (unpaired, left out: seed 3, 4)"
+        "custom worse by 50% ± 0% final loss over 3 seeds (left out: seed 3, 4: no reference run)"
     )
     assert relative_gap(group) == pytest.approx(0.5)
 
@@ -393,7 +423,7 @@ def test_a_report_takes_a_non_finite_or_null_final_loss(value):
     group.reference = Group("activation=relu")
     comparison = paired(group)
     assert comparison.differences == pytest.approx([0.1, 0.1])
-    assert comparison.verdict.endswith("(unpaired, left out: seed 1)")
+    assert comparison.verdict.endswith("(left out: seed 1: no finite final loss)")
     (row,) = summary_rows([group])
     assert row["final_loss_mean"] == pytest.approx(2.2) and row["paired_seeds"] == 2
 

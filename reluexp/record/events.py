@@ -5,8 +5,8 @@ import math
 import os
 import socket
 import struct
-import tempfile
 import time
+import uuid
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -339,14 +339,15 @@ def write_derived(
 ) -> None:
     """What is computed after the runs (scalars as tag -> {step: value}, a chart layout,
     images, text) as an event file of their own, `events.out.tfevents.reluexp-<name>`, rewritten
-    whole, so writing twice adds nothing. It is written under a temporary name of its own (two
-    reports at once never share one) without `tfevents` in it, so TensorBoard never lists it
-    as a run, and renamed into place whole: a killed write leaves the old file."""
+    whole, so writing twice adds nothing. It is written under a temporary name of this
+    process's (two reports at once never share one) without `tfevents` in it, so TensorBoard
+    never lists it as a run, and renamed into place whole: a killed write leaves the old file,
+    and its temporary one, which the next write removes. Created as the runs' own files are
+    (the umask's mode), so a TensorBoard run by another user reads it too."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / f"events.out.tfevents.reluexp-{name}"
-    descriptor, tmp_name = tempfile.mkstemp(dir=run_dir, prefix=f".reluexp-{name}.", suffix=".tmp")
-    os.close(descriptor)
-    tmp = Path(tmp_name)
+    remove_stale_temporaries(run_dir, name)
+    tmp = run_dir / f".reluexp-{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         writer = EventWriter(run_dir, file_name=tmp.name)
         if layout:
@@ -365,6 +366,25 @@ def write_derived(
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(run_dir: Path, name: str) -> None:
+    """write_derived's temporary files left by a process that was killed (its pid, in the
+    name, no longer runs); a living writer's are left alone."""
+    for stale in run_dir.glob(f".reluexp-{name}.*.tmp"):
+        pid = stale.name.removeprefix(f".reluexp-{name}.").split(".")[0]
+        if pid.isdigit() and not process_exists(int(pid)):
+            stale.unlink(missing_ok=True)
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def loss_gap_series(group: str, difference: dict[int, float]) -> dict[str, dict[int, float]]:

@@ -20,8 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     if not sweep_dir.is_dir():
         print(f"reluexp.report: error: {sweep_dir}: not a directory", file=sys.stderr)
         return 2
-    if not any((p / ".hydra").is_dir() for p in sweep_dir.iterdir()):
-        print(f"reluexp.report: error: {sweep_dir}: no job directories in it", file=sys.stderr)
+    # A sweep stopped before its first job started has only its plan: its jobs, not started.
+    planned = (sweep_dir / "multirun.yaml").is_file()
+    if not planned and not any((p / ".hydra").is_dir() for p in sweep_dir.iterdir()):
+        print(
+            f"reluexp.report: error: {sweep_dir}: no job directories and no multirun.yaml in it",
+            file=sys.stderr,
+        )
         return 2
     try:
         write_report(sweep_dir)

@@ -15,7 +15,7 @@ from reluexp.record.events import Layout, loss_gap_series, write_derived
 from reluexp.record.figures import colormap, new_figure
 from reluexp.record.tags import IDENTICAL_LOG10, LAYOUT, LOSS, loss_band, loss_gap
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
-from reluexp.sweeps.report.statistics import Group, group_jobs, summary_rows
+from reluexp.sweeps.report.statistics import Group, finite, group_jobs, summary_rows
 
 # Groups per card in TensorBoard's Text tab (summary_texts): its box shows about five rows.
 GROUPS_PER_TEXT = 4
@@ -119,13 +119,18 @@ def number(value: object, digits: int = 4) -> str:
     return "–" if value is None else f"{value:.{digits}g}"
 
 
+def over_text(row: dict[str, object], key: str) -> str:
+    """` (over 2 of 3 completed jobs)` where a mean leaves completed jobs out (no finite value)."""
+    if row[f"{key}_jobs"] == row["completed"]:
+        return ""
+    return f" (over {row[f'{key}_jobs']} of {row['completed']} completed jobs)"
+
+
 def accuracy_text(row: dict[str, object]) -> str:
     if row["val_accuracy_mean"] is None:
         return ""
     text = f"{row['val_accuracy_mean']:.2%} ± {row['val_accuracy_std']:.2%}"
-    if row["val_accuracy_jobs"] != row["completed"]:
-        text += f" (over {row['val_accuracy_jobs']} of {row['completed']} completed jobs)"
-    return text
+    return text + over_text(row, "val_accuracy")
 
 
 def gap_text(row: dict[str, object]) -> str:
@@ -156,7 +161,7 @@ def markdown_tables(rows: list[dict[str, object]], per_table: int | None = None)
                 "group": str(row["group"]),
                 "jobs": str(row["jobs"]),
                 "final loss": f"{number(row['final_loss_mean'])} ± "
-                f"{number(row['final_loss_std'], 2)}",
+                f"{number(row['final_loss_std'], 2)}" + over_text(row, "final_loss"),
                 "val accuracy": accuracy_text(row),
                 "vs reference": gap_text(row),
                 "paired vs reference (95%, t)": str(row["paired_verdict"]),
@@ -260,12 +265,23 @@ def write_report(sweep_dir: Path) -> list[Job]:
     (sweep_dir / "summary.csv").write_text(buffer.getvalue())
     statuses = Counter(job.summary.status for job in jobs)
     completed = statuses["completed"]
+    aggregated = sum(
+        job.summary.status == "completed" and finite(job.summary.final_loss) for job in jobs
+    )
+    left_out = [
+        f"{n} {why}"
+        for n, why in (
+            (len(jobs) - completed, "not completed"),
+            (completed - aggregated, "completed without one"),
+        )
+        if n
+    ]
     problem = plan_problem(sweep_dir)
     header = (
         f"# Sweep {sweep_dir.name}\n\n{len(jobs)} jobs: "
         + ", ".join(f"{s}: {n}" for s, n in sorted(statuses.items()))
-        + f". Losses aggregate the {completed} completed runs"
-        + (f" ({len(jobs) - completed} left out)." if completed < len(jobs) else ".")
+        + f". Losses aggregate the {aggregated} completed runs with a finite final loss"
+        + (f" (left out: {', '.join(left_out)})." if left_out else ".")
         + (f" {problem[0].upper()}{problem[1:]}: the jobs are those found." if problem else "")
     )
     constant = jobs[0].constant if jobs else frozenset()

@@ -171,6 +171,7 @@ def summary_rows(groups: list[Group]) -> list[dict[str, object]]:
             for stat, value in statistics_of(group.values(key)).items():
                 row[f"{key}_{stat}"] = value
         row["reference_group"] = group.reference.label if group.reference else ""
+        row["final_loss_jobs"] = len(group.values("final_loss"))
         row["val_accuracy_jobs"] = len(group.values("val_accuracy"))
         row["final_loss_vs_reference"] = relative_gap(group)
         # Empty where the group has no reference, or is identical to it at every step.
@@ -209,9 +210,9 @@ class Paired:
     differences: list[float]
     mean: float
     half_width: float | None
-    # The seeds of the group's jobs left out: no completed reference job of that seed, or a
-    # value that is not a finite number on either side.
-    unpaired: list[object] = field(default_factory=list)
+    # The seeds of the group's jobs left out, by why: no reference job of that seed, a pair
+    # that did not both complete, or a value that is not a finite number on one side.
+    left_out: dict[str, list[object]] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -219,9 +220,12 @@ class Paired:
         accuracy = self.metric == "val_accuracy"
         scale, unit = (100, "% accuracy") if accuracy else (100, "% final loss")
         left_out = ""
-        if self.unpaired:
-            seeds = ", ".join(str(seed) for seed in self.unpaired)
-            left_out = f" (unpaired, left out: seed {seeds})"
+        if self.left_out:
+            reasons = "; ".join(
+                f"seed {', '.join(str(seed) for seed in seeds)}: {why}"
+                for why, seeds in self.left_out.items()
+            )
+            left_out = f" (left out: {reasons})"
         if self.half_width is None:
             return f"{n} seed: {self.mean * scale:+.2g}{unit}, no interval{left_out}"
         if abs(self.mean) <= self.half_width:
@@ -275,14 +279,26 @@ def paired(group: Group) -> Paired | None:
             for s, r in pairs
         ]
     compared = {id(job) for job, _ in pairs}
-    unpaired = [job.summary.seed for job in group.jobs if id(job) not in compared]
+    reference_of = {id(job): reference for job, reference in group.pairs}
+    left_out: dict[str, list[object]] = {}
+    for job in group.jobs:
+        if id(job) in compared:
+            continue
+        reference = reference_of.get(id(job))
+        if reference is None:
+            why = "no reference run"
+        elif not job.summary.status == reference.summary.status == "completed":
+            why = "not both completed"
+        else:
+            why = f"no finite {metric.replace('_', ' ')}"
+        left_out.setdefault(why, []).append(job.summary.seed)
     mean = statistics.mean(differences)
     n = len(differences)
     half_width = None
     if n > 1:
         t = T_975[n - 2] if n - 1 <= len(T_975) else 1.96
         half_width = t * statistics.stdev(differences) / math.sqrt(n)
-    return Paired(metric, differences, mean, half_width, unpaired)
+    return Paired(metric, differences, mean, half_width, left_out)
 
 
 def relative_gap(group: Group) -> float | None:
