@@ -32,7 +32,12 @@ from reluexp.run.resumes import (
     requeued,
 )
 from reluexp.run.rundir import shown_path
-from reluexp.run.signals import InterruptSignals, StopSignals, slurm_job_id
+from reluexp.run.signals import (
+    STOPPED_AT_START_UP,
+    InterruptSignals,
+    StopSignals,
+    slurm_job_id,
+)
 from reluexp.sweeps.finish import check_same_sweep
 from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.slurm import check_slurm_resources
@@ -271,7 +276,7 @@ def app() -> None:
             if SWEEPS and (SWEEPS[-1] / "multirun.yaml").is_file():
                 write_sweep_summary(SWEEPS[-1])
             else:
-                print("reluexp: interrupted during start-up; nothing was trained", file=sys.stderr)
+                print(STOPPED_AT_START_UP, file=sys.stderr)
         sys.exit(128 + interrupts.signum)
     except COMPOSITION_ERRORS as error:
         print(f"reluexp: error: {one_line(error)}", file=sys.stderr)

@@ -2,7 +2,26 @@
 
 import sys
 
-from reluexp.sweeps.report.command import main
+from reluexp.run.signals import InterruptSignals
+
+
+def run() -> int:
+    """The report; a Ctrl-C or SIGTERM, while it imports or writes, is one line and 130 (143):
+    each of its files is written whole, so none is left half-written."""
+    interrupts = InterruptSignals()
+    try:
+        with interrupts:
+            from reluexp.sweeps.report.command import main
+
+            return main()
+    except KeyboardInterrupt:
+        print(
+            "reluexp.report: interrupted; each report file is as it was or as this report "
+            "wrote it, whole",
+            file=sys.stderr,
+        )
+        return 128 + interrupts.signum
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

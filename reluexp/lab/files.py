@@ -14,8 +14,8 @@ from reluexp.lab.findings import Report
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
 from reluexp.record.events import loss_gap_series, write_derived
-from reluexp.record.figures import new_figure
-from reluexp.record.summary import write_json_atomic
+from reluexp.record.figures import new_figure, png
+from reluexp.record.whole import write_json, write_whole
 
 
 def curves(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> dict[str, torch.Tensor]:
@@ -37,10 +37,10 @@ def curves(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> dict[str, tor
     return found
 
 
-def draw_check(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str, path: Path) -> None:
+def draw_check(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str) -> bytes:
     """Forward above, backward below: the Function's, its oracle's (the derivative it is judged
     against) and the reference's, kinks as dotted lines, the largest backward difference from
-    the oracle marked."""
+    the oracle marked: a PNG."""
     c = curves(subject, oracle, kinks)
     grid = c["x"].detach()
     figure = new_figure(figsize=(8, 6.5))
@@ -87,8 +87,7 @@ def draw_check(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str, 
     for axes in (top, bottom):
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    return png(figure, dpi=100)
 
 
 def write_report(
@@ -105,17 +104,17 @@ def write_report(
         **report.facts,
     }
     markdown = report.markdown()
-    (directory / "check.md").write_text(markdown)
+    write_whole(directory / "check.md", markdown)
     images, problems = {}, []
     start = time.perf_counter()
     if oracle is not None:
         try:
-            draw_check(subject, oracle, kinks, report.verdict(), directory / "check.png")
-            images["check/functions"] = (directory / "check.png").read_bytes()
+            images["check/functions"] = draw_check(subject, oracle, kinks, report.verdict())
+            write_whole(directory / "check.png", images["check/functions"])
         except Exception as error:  # a Function the plot cannot evaluate: the report stands
             problems.append(f"(no check.png: {autograd_message(raised(error), subject.name)})")
     report.facts.setdefault("seconds", {})["picture"] = time.perf_counter() - start
-    write_json_atomic(directory / "check.json", payload | {"seconds": report.facts["seconds"]})
+    write_json(directory / "check.json", payload | {"seconds": report.facts["seconds"]})
     gap = report.facts.get("training", {}).get("float32 reference", {}).get("gap", [])
     series = loss_gap_series(report.name, dict(enumerate(gap)))
     # The picture and the table in TensorBoard too, in the check directory's own run.

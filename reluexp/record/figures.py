@@ -1,6 +1,7 @@
 """The figures reluexp draws (the lab's check.png, a sweep's loss curves), as matplotlib
 Figures without pyplot: PNG files through Agg, never a window, whatever the environment says."""
 
+import io
 import os
 from types import ModuleType
 from typing import Any
@@ -25,3 +26,11 @@ def new_figure(**kwargs: Any) -> Any:
 
 def colormap(name: str) -> Any:
     return matplotlib().colormaps[name]
+
+
+def png(figure: Any, dpi: int) -> bytes:
+    """The figure, laid out tight, as a PNG's bytes."""
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()

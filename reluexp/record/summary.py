@@ -3,7 +3,6 @@
 import json
 import logging
 import math
-import os
 import platform
 import subprocess
 from dataclasses import asdict, dataclass, field, fields
@@ -19,33 +18,10 @@ from omegaconf.errors import OmegaConfBaseException
 import reluexp
 from reluexp.record import tags
 from reluexp.record.events import read_scalars
+from reluexp.record.whole import write_json
 
 SUMMARY_NAME = "summary.json"
 log = logging.getLogger("reluexp")
-
-
-def strict(value: Any) -> Any:
-    """value with every NaN and inf float as None: strict JSON has no NaN (the run's status
-    says why a loss is missing)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: strict(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [strict(item) for item in value]
-    return value
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write strict JSON (non-finite numbers as null) to a temp file and rename it over
-    `path`, so readers never see half a file; a failed write (a full disk) leaves the old file
-    and no temp file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(strict(payload), indent=2, allow_nan=False) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class SummaryError(ValueError):
@@ -93,7 +69,7 @@ class RunSummary:
     resumes: int = 0
 
     def write(self, run_dir: Path) -> None:
-        write_json_atomic(run_dir / SUMMARY_NAME, asdict(self))
+        write_json(run_dir / SUMMARY_NAME, asdict(self))
 
     @classmethod
     def read(cls, run_dir: Path) -> "RunSummary":

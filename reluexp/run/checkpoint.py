@@ -2,7 +2,6 @@
 weights_only=True so nothing in them runs."""
 
 import io
-import os
 import pickle
 import re
 import zipfile
@@ -12,6 +11,7 @@ from typing import Any
 import torch
 
 from reluexp.config import ConfigError
+from reluexp.record.whole import write_whole
 from reluexp.run.rundir import CHECKPOINT_NAME
 
 
@@ -20,17 +20,11 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
 
     Device tensors are saved as they are (torch.save copies them to the host) and loaded on the CPU.
     """
-    path = run_dir / CHECKPOINT_NAME
-    tmp = path.with_name(f".{path.name}.tmp")
     # Serialized in memory, then written: a full disk is the OSError it is (torch.save to a
     # file reports it as `unexpected pos N vs M`).
     buffer = io.BytesIO()
     torch.save(payload, buffer)
-    try:
-        tmp.write_bytes(buffer.getbuffer())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # a failed save (a full disk) leaves the old checkpoint
+    write_whole(run_dir / CHECKPOINT_NAME, buffer.getvalue())
 
 
 def load_checkpoint(run_dir: Path) -> dict[str, Any]:

@@ -11,6 +11,19 @@ from typing import Any
 
 # What stops a process, from a terminal or a scheduler.
 STOPS = (signal.SIGINT, signal.SIGTERM)
+# The stops this process was started ignoring (a shell's background job ignores SIGINT; nohup,
+# SIGHUP): Python leaves them ignored, and so does every handler set here.
+INHERITED_IGNORES = frozenset(s for s in STOPS if signal.getsignal(s) is signal.SIG_IGN)
+# The closing line of a command stopped before anything trained.
+STOPPED_AT_START_UP = "reluexp: interrupted during start-up; nothing was trained"
+
+
+def set_handler(signum: int, handler: Any) -> Any:
+    """signal.signal, except for a stop the process inherited as ignored, which stays so;
+    returns the handler that was in place."""
+    if signum in INHERITED_IGNORES:
+        return signal.SIG_IGN
+    return signal.signal(signum, handler)
 
 
 def slurm_job_id() -> str | None:
@@ -49,7 +62,7 @@ class StopSignals:
         # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
         if threading.current_thread() is threading.main_thread():
             for signum in stop_signals():
-                self._previous[signum] = signal.signal(signum, self._handle)
+                self._previous[signum] = set_handler(signum, self._handle)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -59,7 +72,7 @@ class StopSignals:
             # closing line).
             return
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            set_handler(signum, handler)
 
 
 class InterruptSignals:
@@ -79,16 +92,16 @@ class InterruptSignals:
     def next_one_kills(self) -> Iterator[None]:
         """Within it, a SIGINT or SIGTERM ends the process at once (the first one is being
         answered)."""
-        previous = {signum: signal.signal(signum, signal.SIG_DFL) for signum in STOPS}
+        previous = {signum: set_handler(signum, signal.SIG_DFL) for signum in STOPS}
         try:
             yield
         finally:
             for signum, handler in previous.items():
-                signal.signal(signum, handler)
+                set_handler(signum, handler)
 
     def __enter__(self) -> "InterruptSignals":
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._previous = set_handler(signal.SIGTERM, self._handle)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        signal.signal(signal.SIGTERM, self._previous)
+        set_handler(signal.SIGTERM, self._previous)

@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from reluexp.record.summary import RunSummary, SummaryError
+from reluexp.run.signals import STOPS, set_handler
 
 # How long the stopped jobs get to reach a step boundary and checkpoint before their workers
 # are killed.
@@ -91,8 +92,8 @@ def stop_workers_on_signals(sweep_dir: Path, end_sweep: Callable[[], object]) ->
         # Exit now: the launcher would only wait on workers that are gone.
         os._exit(128 + signum)
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stop)
+    for signum in STOPS:
+        set_handler(signum, stop)
 
 
 def exit_when_the_sweep_ends(code: int) -> None:

@@ -12,8 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 from reluexp.record.events import Layout, loss_gap_series, write_derived
-from reluexp.record.figures import colormap, new_figure
+from reluexp.record.figures import colormap, new_figure, png
 from reluexp.record.tags import IDENTICAL_LOG10, LAYOUT, LOSS, loss_band, loss_gap
+from reluexp.record.whole import write_whole
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
 from reluexp.sweeps.report.statistics import Group, finite, group_jobs, summary_rows
 
@@ -94,10 +95,7 @@ def pair_png(group: Group) -> bytes:
         axes.grid(True, which="major", alpha=0.3)
     title = f"{pair_name(group)}: {parting_text(parted, group.identical_until())}"
     figure.suptitle(textwrap.fill(title, 36), fontsize=18)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
+    return png(figure, dpi=100)
 
 
 def report_layout(groups: list[Group]) -> Layout:
@@ -208,9 +206,9 @@ def summary_texts(header: str, rows: list[dict[str, object]]) -> dict[str, str]:
     return texts
 
 
-def plot_loss_curves(groups: list[Group], path: Path) -> None:
+def plot_loss_curves(groups: list[Group]) -> bytes:
     """Top: each group's mean loss over steps with its min-max band across seeds, log scale.
-    Bottom: how far each custom group's runs are from their reference runs, log scale."""
+    Bottom: how far each custom group's runs are from their reference runs, log scale. A PNG."""
     drawn = [group for group in groups if group.losses]
     # The gap panel needs a gap to draw on its log axis (runs identical so far have none).
     customs = [group for group in drawn if any(gap > 0 for gap in group.gap.values())]
@@ -248,8 +246,7 @@ def plot_loss_curves(groups: list[Group], path: Path) -> None:
         axes.set_ylabel("|loss - reference loss| / reference loss\n(mean over seeds)")
         axes.grid(True, which="major", alpha=0.3)
         axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    return png(figure, dpi=110)
 
 
 def write_report(sweep_dir: Path) -> list[Job]:
@@ -262,7 +259,7 @@ def write_report(sweep_dir: Path) -> list[Job]:
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["group"])
     writer.writeheader()
     writer.writerows(rows)
-    (sweep_dir / "summary.csv").write_text(buffer.getvalue())
+    write_whole(sweep_dir / "summary.csv", buffer.getvalue())
     statuses = Counter(job.summary.status for job in jobs)
     completed = statuses["completed"]
     aggregated = sum(
@@ -288,10 +285,11 @@ def write_report(sweep_dir: Path) -> list[Job]:
     if constant:
         header += f" Every job: {' '.join(sorted(constant))}."
     summary_md = f"{header}\n\n{markdown_table(rows)}"
-    (sweep_dir / "summary.md").write_text(summary_md)
+    write_whole(sweep_dir / "summary.md", summary_md)
     write_group_runs(sweep_dir, groups)
     write_job_gaps(groups)
-    plot_loss_curves(groups, sweep_dir / "loss_curves.png")
+    curves = plot_loss_curves(groups)
+    write_whole(sweep_dir / "loss_curves.png", curves)
     # The same figure and table in TensorBoard, in the sweep directory's own run: it sorts
     # before its jobs, so its layout leads the Custom Scalars tab.
     write_derived(
@@ -299,7 +297,7 @@ def write_report(sweep_dir: Path) -> list[Job]:
         "report",
         layout=report_layout(groups),
         images={
-            "report/loss_curves": (sweep_dir / "loss_curves.png").read_bytes(),
+            "report/loss_curves": curves,
             **{
                 f"report/pair: {pair_name(group)}": pair_png(group)
                 for group in groups

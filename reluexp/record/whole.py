@@ -1,0 +1,39 @@
+"""Files written whole: under a temporary name beside them, then renamed over them, so that a
+reader, or a process killed mid-write, sees the old file or the new one, never half of one."""
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_whole(path: Path, data: bytes | str) -> None:
+    """data into path, whole; a failed write (a full disk) leaves the old file and no
+    temporary one (one left by a killed writer is replaced by the next write)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        if isinstance(data, str):
+            tmp.write_text(data)
+        else:
+            tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def strict(value: Any) -> Any:
+    """value with every NaN and inf float as None: strict JSON has no NaN (a run's status says
+    why a loss is missing)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(item) for item in value]
+    return value
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    """Strict JSON (non-finite numbers as null), written whole."""
+    write_whole(path, json.dumps(strict(payload), indent=2, allow_nan=False) + "\n")

@@ -1,0 +1,101 @@
+"""Signals wherever they land: while the entry points import, while a report writes, and a
+stop the shell told the process to ignore."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import SMALL, STEPS, fake_sweep, small_config
+
+pytestmark = pytest.mark.slow
+
+# `python -m MODULE ARGS`, with `signal` raised at the first import of `imported` (an import
+# hook), so that it lands, every time, where a user's Ctrl-C lands now and then: inside the
+# command's own imports.
+SIGNALLED_AT_IMPORT = """
+import os, runpy, sys
+module, imported, signum = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+class SignalAtImport:
+    def find_spec(self, name, path, target=None):
+        if name == imported:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signum)
+        return None
+
+sys.meta_path.insert(0, SignalAtImport())
+sys.argv = [module, *sys.argv[4:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def signalled_at_import(module: str, imported: str, signum: int, *args: str, cwd):
+    return subprocess.run(
+        [sys.executable, "-c", SIGNALLED_AT_IMPORT, module, imported, str(signum), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_hydra_imports_is_one_line(tmp_path, signum):
+    """42.4: Ctrl-C in the first half second of `python -m reluexp` printed an 18-line
+    traceback."""
+    result = signalled_at_import("reluexp", "hydra", signum, cwd=tmp_path)
+    assert result.returncode == 128 + signum
+    assert result.stderr == "reluexp: interrupted during start-up; nothing was trained\n"
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("imported", ["tensorboard", "matplotlib"])
+def test_a_signal_to_a_report_is_one_line_and_leaves_its_files_whole(tmp_path, signum, imported):
+    """42.4: Ctrl-C on `python -m reluexp.report` printed a 73-line traceback, SIGTERM ended
+    it silently. Stopped while it imports (tensorboard) or once its table is written, as its
+    figure's library imports (matplotlib)."""
+    fake_sweep(tmp_path, {"activation=relu": small_config(steps=3)})
+    result = signalled_at_import("reluexp.report", imported, signum, str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 128 + signum
+    assert result.stderr == (
+        "reluexp.report: interrupted; each report file is as it was or as this report wrote "
+        "it, whole\n"
+    )
+    written = {p.name for p in tmp_path.iterdir() if p.is_file()}
+    if imported == "matplotlib":
+        assert [row["group"] for row in csv.DictReader((tmp_path / "summary.csv").open())] == [
+            "activation=relu"
+        ]
+        assert "loss_curves.png" not in written
+    else:
+        assert written == set()
+
+
+def test_a_run_started_ignoring_sigint_keeps_ignoring_it(tmp_path):
+    """42.4: a shell's background job (and nohup) starts with SIGINT ignored; Python leaves it
+    so, and a run must too: only the SIGTERM that follows stops it."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reluexp", f"steps={STEPS}", "checkpoint_every=200", *SMALL],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("outputs/runs/*/checkpoint.pt")):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    (run_dir,) = tmp_path.glob("outputs/runs/*")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["signal"]) == ("interrupted", "SIGTERM")
