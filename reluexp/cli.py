@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
@@ -31,7 +32,7 @@ from reluexp.run.resumes import (
     is_confirmation,
     requeued,
 )
-from reluexp.run.rundir import shown_path
+from reluexp.run.rundir import RESERVE_BYTES, shown_path
 from reluexp.run.signals import (
     STOPPED_AT_START_UP,
     InterruptSignals,
@@ -39,7 +40,7 @@ from reluexp.run.signals import (
     slurm_job_id,
 )
 from reluexp.sweeps.finish import check_same_sweep
-from reluexp.sweeps.report.discovery import find_jobs
+from reluexp.sweeps.report.discovery import find_jobs, jobs_in
 from reluexp.sweeps.slurm import check_slurm_resources
 from reluexp.sweeps.terminal import (
     Plan,
@@ -59,6 +60,9 @@ from reluexp.sweeps.workers import (
 log = logging.getLogger("reluexp")
 # A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
 file_log = logging.getLogger("reluexp.logfile")
+# What Hydra writes into a run's directory before the run starts (.hydra/'s three files, the
+# log), with room to spare: about six pages of a file system.
+START_FILES_BYTES = 64 * 1024
 
 
 def exit_with(error: ConfigError) -> None:
@@ -69,14 +73,15 @@ def exit_with(error: ConfigError) -> None:
 
 def check_writable(key: str, directory: str) -> None:
     """The directory takes files: a read-only place or a full disk is one line before Hydra
-    writes anything there (the probe is the size of a run's first files)."""
+    writes anything there. The probe is the size of what a run writes before it trains: Hydra's
+    files and the log (a few pages) and the run's disk reserve (run.rundir.DiskReserve)."""
     path = Path(directory)
     probe = path / ".reluexp_write_probe"
     created = False
     try:
         created = not path.exists()
         path.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(bytes(64 * 1024))
+        probe.write_bytes(bytes(START_FILES_BYTES + RESERVE_BYTES))
         probe.unlink()
     except OSError as error:
         with contextlib.suppress(OSError):
@@ -140,6 +145,7 @@ class Lifecycle(Callback):
             if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
                 check_slurm_resources(config.hydra.launcher)
             check_same_sweep(config)
+            check_sweep_jobs(config)
             check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
         SWEEPS.append(Path(config.hydra.sweep.dir))
         if not config.quiet:
@@ -169,6 +175,29 @@ class Lifecycle(Callback):
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
         if any(job.summary.status in ("failed", "not started", "unreadable") for job in jobs):
             sys.exit(1)
+
+
+def check_sweep_jobs(config: DictConfig) -> None:
+    """Each distinct job of a grid sweep (its overrides but the seed) composed and checked as a
+    single run is at its start: a mistake every such job would make (a param its activation
+    does not take, a data file that is not there) is one line before any job runs, not a failed
+    job directory each. A sweeper that chooses as it goes is checked job by job."""
+    from reluexp.run.runner import prepare
+
+    planned = jobs_in(config.hydra)
+    if not isinstance(planned, list):
+        return
+    loader = GlobalHydra.instance().config_loader()
+    checked: set[tuple[str, ...]] = set()
+    for number, job in enumerate(planned):
+        distinct = tuple(o for o in job if not o.startswith("seed="))
+        if distinct in checked:
+            continue
+        checked.add(distinct)
+        try:
+            prepare(task_config(loader.load_sweep_config(config, job)))
+        except ConfigError as error:
+            raise ConfigError(f"job {number} ({' '.join(job)}): {error}") from None
 
 
 def stopped_sweep_end(sweep_dir: Path) -> None:

@@ -243,6 +243,63 @@ def test_a_data_path_that_is_a_directory_or_a_pickle_is_refused_in_its_own_words
     assert not marker.exists()
 
 
+def test_a_data_path_that_is_no_regular_file_is_refused_without_reading_it(tmp_path):
+    """42.5: a FIFO (whose read would block) and a link to /dev/zero (whose read never ends)
+    were `no such file`."""
+    fifo = tmp_path / "data.npz"
+    os.mkfifo(fifo)
+    zeros = tmp_path / "zeros.pt"
+    zeros.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "a FIFO"), (zeros, "a device")):
+        config = task_config(compose_config(["data=file", f"data.path={path}"]))
+        with pytest.raises(ConfigError, match=rf"^data.path={path}: is {kind}; expected a .npz"):
+            runner.prepare(config)
+
+
+def raising_loader():
+    return {}["x"]
+
+
+def sparse_loader():
+    x = torch.eye(60, 3).to_sparse()
+    return x, torch.arange(60) % 10
+
+
+@pytest.mark.parametrize(
+    "loader, message",
+    [
+        ("raising_loader", r"raised KeyError: 'x' \(.*test_data.py:\d+\)"),
+        (
+            "sparse_loader",
+            r"x is a sparse_coo tensor; expected a dense one \(tensor.to_dense\(\)\)",
+        ),
+    ],
+)
+def test_a_loaders_mistake_is_one_line_naming_it(loader, message):
+    """42.5: a loader that raised was torch's or Python's traceback without its key; sparse
+    tensors reached torch's backend error."""
+    path = f"tests.test_data.{loader}"
+    config = task_config(compose_config(["data=callable", f"data.loader={path}"]))
+    with pytest.raises(ConfigError, match=rf"^data(.loader={path}|=callable): {message}"):
+        runner.prepare(config)
+
+
+@pytest.mark.parametrize("fraction, held_out", [(0.9999, 1797), (0.999, 1795), (0.95, 1707)])
+def test_a_split_that_leaves_less_than_a_batch_is_refused(fraction, held_out):
+    """42.5: 0.9999 made a run directory and failed in torch's max(); 0.999 trained on two
+    examples of a batch of 128."""
+    config = task_config(compose_config(["data=digits", f"data.val_fraction={fraction}"]))
+    with pytest.raises(ConfigError) as refused:
+        runner.prepare(config)
+    assert str(refused.value) == (
+        f"data.val_fraction={fraction}: holds out {held_out} of the 1797 examples, leaving "
+        f"{1797 - held_out} to train on, fewer than a batch of data.batch_size=128"
+    )
+    config.data.batch_size = None  # the full batch: one example is a batch
+    if held_out < 1797:
+        runner.prepare(config)
+
+
 def test_real_datas_memory_check_names_its_own_sizes(monkeypatch):
     monkeypatch.setattr("reluexp.run.device.available_memory", lambda device: 2**20)
     config = task_config(compose_config(["data=digits"]))

@@ -515,6 +515,29 @@ def test_a_full_disk_at_start_is_one_line_and_leaves_no_directory(tmp_path, smal
     assert not run_dir.exists()
 
 
+@pytest.mark.slow
+def test_a_disk_with_room_for_hydras_files_but_not_the_reserve_gets_no_directory(
+    tmp_path, small_disk
+):
+    """42.5: 72 KB free passed the 64 KB probe; Hydra's files then left too little for the
+    run's 64 KB reserve, and the refusal left a run directory with .hydra/, the lock and an
+    empty log."""
+    filler = small_disk / "filler"
+    with pytest.raises(OSError), filler.open("wb", buffering=0) as filling:
+        for _ in range(1000):
+            filling.write(bytes(4096))
+    os.truncate(filler, filler.stat().st_size - 72 * 1024)
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    assert 64 * 1024 < free < 96 * 1024
+    run_dir = small_disk / "run"
+    result = run_cli("steps=5", f"hydra.run.dir={run_dir}", *SMALL, cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"reluexp: error: hydra.run.dir={run_dir}: cannot write there (No space left on device)"
+    )
+    assert not run_dir.exists()
+
+
 # 9. Values that cannot run are one line before any directory is made.
 
 
@@ -552,6 +575,28 @@ def test_values_that_cannot_run_are_one_line_and_leave_no_directory(tmp_path, ar
     assert result.returncode == 2
     assert result.stderr.strip() == result.stderr.strip().splitlines()[0]
     assert result.stderr.startswith(message), result.stderr
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_a_mistake_every_job_of_a_sweep_would_make_is_one_line_before_any_runs(tmp_path):
+    """42.5: a param the target does not take was one line for a single run but a failed job
+    directory for every job of a sweep."""
+    result = run_cli(
+        "-m",
+        "activation=leaky_relu,relu",
+        "seed=0,1",
+        "+activation.params.bogus=1",
+        *SMALL,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.stderr == (
+        "reluexp: error: job 0 (activation=leaky_relu seed=0 +activation.params.bogus=1 "
+        f"{' '.join(SMALL)}): activation.params.bogus: reluexp.functions.LeakyReLU takes "
+        "negative_slope\n"
+    )
+    assert result.returncode == 2
     assert not (tmp_path / "outputs").exists()
 
 

@@ -73,16 +73,42 @@ def read_data(config: Config) -> list[torch.Tensor] | None:
     elif data.name == DataName.file:
         arrays = read_file(Path(data.path))
     else:
-        from reluexp.functions.targets import import_object
+        from reluexp.functions.targets import import_object, raised_at
 
         loader = import_object(data.loader, "data.loader")
-        arrays = loader()
+        try:
+            arrays = loader()
+        except Exception as error:
+            raise ConfigError(f"data.loader={data.loader}: {raised_at(error)}") from None
         if not isinstance(arrays, tuple | list) or len(arrays) not in (2, 4):
             raise ConfigError(
                 f"data.loader={data.loader}: returned {type(arrays).__name__}; expected "
                 "(x, y) or (x, y, x_val, y_val)"
             )
-    return check_arrays(list(arrays), f"data={data.name.value}")
+    arrays = check_arrays(list(arrays), f"data={data.name.value}")
+    check_split(arrays, config)
+    return arrays
+
+
+def check_split(arrays: list[torch.Tensor], config: Config) -> None:
+    """Data without a validation split is split by data.val_fraction (dataset()): what it
+    leaves to train on must make at least one batch."""
+    if len(arrays) == 4:
+        return
+    examples = len(arrays[0])
+    held_out = held_out_of(examples, config.data.val_fraction)
+    batch = config.data.batch_size or 1
+    if examples - held_out < batch:
+        size = f"a batch of data.batch_size={batch}" if config.data.batch_size else "one example"
+        raise ConfigError(
+            f"data.val_fraction={config.data.val_fraction}: holds out {held_out} of the "
+            f"{examples} examples, leaving {examples - held_out} to train on, fewer than {size}"
+        )
+
+
+def held_out_of(examples: int, val_fraction: float) -> int:
+    """How many of the examples a split by val_fraction holds out (at least one)."""
+    return max(1, round(val_fraction * examples))
 
 
 def load_data(
@@ -116,8 +142,17 @@ def read_file(path: Path) -> list[Any]:
     where = f"data.path={path}"
     if path.is_dir():
         raise ConfigError(f"{where}: is a directory; expected a .npz or a .pt file")
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"{where}: no such file")
+    if not path.is_file():  # a FIFO would block the read, a device never end it
+        kind = (
+            "a FIFO"
+            if path.is_fifo()
+            else "a device"
+            if path.is_char_device() or path.is_block_device()
+            else "not a regular file"
+        )
+        raise ConfigError(f"{where}: is {kind}; expected a .npz or a .pt file")
     try:
         if path.suffix == ".npz":
             import numpy
@@ -156,6 +191,11 @@ def check_arrays(arrays: list[Any], where: str) -> list[torch.Tensor]:
             tensor = torch.as_tensor(array).cpu()
         except (TypeError, ValueError, RuntimeError) as error:
             raise ConfigError(f"{where}: {name} is not an array ({error})") from None
+        if tensor.layout != torch.strided:
+            raise ConfigError(
+                f"{where}: {name} is a {str(tensor.layout).removeprefix('torch.')} tensor; "
+                "expected a dense one (tensor.to_dense())"
+            )
         if tensor.dtype == torch.bool or tensor.is_complex():
             raise ConfigError(f"{where}: {name} is {tensor.dtype}; expected numbers")
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
@@ -207,7 +247,7 @@ def dataset(arrays: list[torch.Tensor], val_fraction: float, generator: torch.Ge
     x, y, *validation = arrays
     if not validation:
         order = torch.randperm(len(x), generator=generator)
-        held_out = max(1, round(val_fraction * len(x)))
+        held_out = held_out_of(len(x), val_fraction)
         validation = [x[order[:held_out]], y[order[:held_out]]]
         x, y = x[order[held_out:]], y[order[held_out:]]
     x_val, y_val = validation
