@@ -24,7 +24,14 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from reluexp.config import Config, ConfigError
-from reluexp.hydra_glue import COMPOSITION_ERRORS, CONFIG_PATH, one_line, task_config
+from reluexp.hydra_glue import (
+    COMPOSITION_ERRORS,
+    CONFIG_PATH,
+    one_line,
+    raised_by_hydra,
+    task_config,
+    versions_line,
+)
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
 from reluexp.run.resumes import (
     confirmed_paths,
@@ -284,6 +291,9 @@ def main() -> None:
 
 def app() -> None:
     """The Hydra app, with a composition error as one line and exit 2."""
+    if "--version" in sys.argv[1:]:  # Hydra's own names Hydra only
+        print(versions_line())
+        return
     sys.argv[1:] = [hydra_quoted_resume(arg) for arg in sys.argv[1:]]
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         task()  # the user asked for Hydra's full trace
@@ -309,6 +319,11 @@ def app() -> None:
         sys.exit(128 + interrupts.signum)
     except COMPOSITION_ERRORS as error:
         print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
+        sys.exit(2)
+    except ValueError as error:
+        if not raised_by_hydra(error):
+            raise
+        print(f"reluexp: error: {error}", file=sys.stderr)  # `-m --cfg job`
         sys.exit(2)
     except OSError as error:  # Hydra writing the run's own files (a full or read-only disk)
         where = f" {error.filename}" if error.filename else ""

@@ -6,10 +6,13 @@ import json
 import os
 import re
 import textwrap
+import traceback
 from datetime import datetime
 from enum import Enum
-from importlib import resources
+from importlib import metadata, resources
+from pathlib import Path
 
+import hydra
 import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
@@ -19,6 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
+import reluexp
 from hydra_plugins.reluexp_launcher import launchers
 from reluexp.config import Config, key_meanings
 from reluexp.sweeps.names import job_dir_name
@@ -118,6 +122,24 @@ def compose_config(overrides: list[str]) -> DictConfig:
 # YAML file (theirs, on hydra.searchpath) that does not parse.
 # A config file that is not UTF-8 fails in Hydra's reader, before YAML sees it.
 COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError)
+
+
+def raised_by_hydra(error: BaseException) -> bool:
+    """The error comes from Hydra's own code (its checks of the command line's flags, such as
+    `-m --cfg job`), not from reluexp's or a user's."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and Path(frames[-1].filename).is_relative_to(HYDRA_PACKAGE)
+
+
+HYDRA_PACKAGE = Path(hydra.__file__).parent
+
+
+def versions_line() -> str:
+    """`--version`: what decides a run's numbers and behaviour, without importing torch."""
+    return (
+        f"reluexp {reluexp.__version__}, torch {metadata.version('torch')}, "
+        f"Hydra {hydra.__version__}"
+    )
 
 
 def one_line(error: BaseException) -> str:

@@ -14,13 +14,16 @@ import time
 import urllib.parse
 import urllib.request
 
+import hydra
 import pytest
+import torch
 
+import reluexp
 from reluexp import cli
 from reluexp.config import Config
 from reluexp.record import progress
 from reluexp.run import runner
-from tests.helpers import run_cli
+from tests.helpers import SMALL, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +48,46 @@ def test_user_mistakes_get_one_line(tmp_path):
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith("reluexp: error: device='cuda:7'")
     assert "Traceback" not in result.stderr
+    # 42.6: Hydra's own check of its flags was its traceback.
+    result = run_cli("-m", "--cfg", "job", "seed=0,1", cwd=tmp_path, check=False)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "reluexp: error: Only one of --run, --multirun, --cfg, --info and --shell_completion "
+        "can be specified\n",
+    )
+
+
+def test_version_names_reluexp_torch_and_hydra(tmp_path):
+    """42.6: --version printed Hydra's version alone."""
+    result = run_cli("--version", cwd=tmp_path)
+    assert result.stdout == (
+        f"reluexp {reluexp.__version__}, torch {torch.__version__}, Hydra {hydra.__version__}\n"
+    )
+
+
+def test_a_sweep_without_matplotlib_reports_its_numbers_and_says_what_it_could_not_draw(
+    tmp_path,
+):
+    """42.6: the report's figure raised inside Hydra's callback, which made it a warning: rc
+    0 and no closing line."""
+    without = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; "
+        "sys.argv = ['reluexp', *sys.argv[1:]]; runpy.run_module('reluexp', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", without, "-m", "seed=0,1", "steps=3", *SMALL, "hydra.sweep.dir=s"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    closing = result.stderr.strip().splitlines()[-1]
+    assert closing.startswith("reluexp: sweep ended, 2 jobs: completed 2. Sweep dir: s ")
+    assert (
+        "(summary.md, summary.csv; no loss_curves.png: matplotlib cannot be imported (" in closing
+    )
+    assert {p.name for p in (tmp_path / "s").glob("summary.*")} == {"summary.md", "summary.csv"}
 
 
 @pytest.fixture(scope="module")

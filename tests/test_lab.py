@@ -441,6 +441,12 @@ def test_the_report_gives_the_cost_against_the_reference(tmp_path):
             ["activation=spike", "activation.surrogate=os.system"],
             "activation.surrogate=os.system: a builtin_function_or_method, not a function",
         ),
+        (  # 42.6: once `WRONG returns: raised TypeError`
+            ["activation=spike", "activation.surrogate=torch.nn.functional.mse_loss"],
+            "activation.surrogate=torch.nn.functional.mse_loss: takes (input, target, "
+            "size_average, reduce, reduction, weight) besides the params it is given; a "
+            "surrogate is g(x, **params)",
+        ),
         (  # 31.4: a param outside the range the Function's forward accepts
             ["activation=spike", "activation.params.slope=-1"],
             "activation.params: reluexp.functions.Spike refuses them: slope=-1: the surrogate's "

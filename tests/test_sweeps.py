@@ -22,6 +22,7 @@ from reluexp.sweeps.names import job_dir_name
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import Job, find_jobs
 from reluexp.sweeps.report.outputs import (
+    Written,
     markdown_table,
     parting_text,
     summary_texts,
@@ -483,7 +484,7 @@ def test_a_stopped_sweep_is_finished_by_the_command_its_closing_line_gives(tmp_p
     # to resume").
     records = [p for p in first.iterdir() if p.is_file() and p.name != "reluexp.log"]
     before = {p: p.read_bytes() for p in records}
-    line = closing_line(sweep_dir, find_jobs(sweep_dir))
+    line = closing_line(sweep_dir, Written(find_jobs(sweep_dir), ["summary.md"]))
     finish = line.split("Finish it: ")[1]
     assert finish == shlex.join(
         ["python", "-m", "reluexp", *FINISHED_SWEEP, f"hydra.sweep.dir={sweep_dir}"]

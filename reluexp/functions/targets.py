@@ -188,15 +188,34 @@ def surrogate_of(obj: object, params: dict[str, Any], key: str) -> Callable | No
     if obj is None:
         return None
     g = resolved(obj, key)
+    named = obj if isinstance(obj, str) else getattr(obj, "__qualname__", repr(obj))
     module = getattr(g, "__module__", "") or ""
     if not (
         inspect.isfunction(g) or isinstance(g, functools.partial) or module.startswith("torch")
     ):
         raise ConfigError(
-            f"{key}={obj}: a {type(g).__name__}, not a function g(x, **params) returning the "
+            f"{key}={named}: a {type(g).__name__}, not a function g(x, **params) returning the "
             "derivative the backward computes"
         )
-    return functools.partial(g, **accepted(g, params))
+    bound = accepted(g, params)
+    surrogate = functools.partial(g, **bound)
+    try:
+        takes = list(inspect.signature(surrogate).parameters.values())
+    except (TypeError, ValueError):  # one of torch's builtins: called as g(x)
+        return surrogate
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in takes if p.kind in positional and p.default is p.empty]
+    if (
+        not takes
+        or takes[0].kind not in (*positional, inspect.Parameter.VAR_POSITIONAL)
+        or len(required) > 1
+    ):
+        shown = ", ".join(p.name for p in takes)
+        raise ConfigError(
+            f"{key}={named}: takes ({shown}) besides the params it is given; a surrogate is "
+            "g(x, **params): the input, then the activation's params it names"
+        )
+    return surrogate
 
 
 def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:

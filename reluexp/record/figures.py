@@ -14,6 +14,8 @@ def matplotlib() -> ModuleType:
     backend = os.environ.pop("MPLBACKEND", None)
     try:
         import matplotlib.figure
+    except ImportError as error:  # a broken environment: what draws says what it could not
+        raise ImportError(f"matplotlib cannot be imported ({error})") from None
     finally:
         if backend is not None:
             os.environ["MPLBACKEND"] = backend

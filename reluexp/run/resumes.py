@@ -5,6 +5,7 @@ resume imports beyond reluexp's and torch's only once the user names them again.
 import os
 from pathlib import Path
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from reluexp.config import Config, DataName
@@ -25,18 +26,26 @@ def imported_paths(config: Config) -> dict[str, str]:
 CONFIRMABLE = ("activation.target", "activation.surrogate", "data.loader")
 
 
+def unquoted(override: str) -> str:
+    """`key=value` as Hydra reads the override: `data.loader='my.loader'` is
+    `data.loader=my.loader`."""
+    parsed = OverridesParser.create().parse_override(override)
+    return f"{parsed.get_key_element()}={parsed.value()}"
+
+
 def is_confirmation(override: str, stored: DictConfig) -> bool:
-    """`key=path` for a dotted path the stored config holds as it is."""
-    key, _, value = override.partition("=")
+    """`key=path` for a dotted path the stored config holds as it is (quoted or not)."""
+    key, _, value = unquoted(override).partition("=")
     return key in CONFIRMABLE and OmegaConf.select(stored, key) == value
 
 
 def confirmed_paths(config: Config, hydra_config: DictConfig) -> list[str]:
-    """The dotted paths a resume may import beyond reluexp's and torch's: those named again on
-    this command line; for a requeued SLURM job or a finished sweep's job, its own config's
-    (the config that started it)."""
+    """The dotted paths a resume may import beyond reluexp's and torch's, as `key=path`: those
+    named again on this command line; for a requeued SLURM job or a finished sweep's job, its
+    own config's (the config that started it)."""
     if config.resume is not None:
-        return [o for o in hydra_config.overrides.task if o.partition("=")[0] in CONFIRMABLE]
+        named = [unquoted(o) for o in hydra_config.overrides.task]
+        return [o for o in named if o.partition("=")[0] in CONFIRMABLE]
     return [f"{key}={path}" for key, path in imported_paths(config).items()]
 
 

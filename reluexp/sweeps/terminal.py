@@ -17,7 +17,7 @@ from reluexp.record.summary import RunSummary
 from reluexp.run.rundir import shown_path
 from reluexp.sweeps.finish import UNFINISHED, finish_command
 from reluexp.sweeps.report.discovery import Job, jobs_in, planned_jobs
-from reluexp.sweeps.report.outputs import write_report
+from reluexp.sweeps.report.outputs import Written, write_report
 
 loss_log = logging.getLogger("reluexp.losses")
 
@@ -102,15 +102,16 @@ def loss_lines_labelled(number: int, plan: Plan) -> Iterator[None]:
         loss_log.removeFilter(prefix)
 
 
-def closing_line(sweep_dir: Path, jobs: list[Job]) -> str:
+def closing_line(sweep_dir: Path, written: Written) -> str:
     """The sweep's outcome in one line, like a single run's: its jobs by status, where the
     summary is, how to see it, and for a sweep that stopped early how to finish it."""
+    jobs = written.jobs
     statuses = Counter(job.summary.status for job in jobs)
     counts = ", ".join(f"{status} {n}" for status, n in sorted(statuses.items()))
     shown = shown_path(sweep_dir)
     line = (
-        f"reluexp: sweep ended, {len(jobs)} jobs: {counts}. Sweep dir: {shown} (summary.md, "
-        f"summary.csv, loss_curves.png). Dashboard: tensorboard --logdir {shown}"
+        f"reluexp: sweep ended, {len(jobs)} jobs: {counts}. Sweep dir: {shown} "
+        f"({written.listing}). Dashboard: tensorboard --logdir {shown}"
     )
     finish = finish_command(sweep_dir)
     if finish is not None and any(status in statuses for status in UNFINISHED):
@@ -119,7 +120,7 @@ def closing_line(sweep_dir: Path, jobs: list[Job]) -> str:
 
 
 def write_sweep_summary(sweep_dir: Path) -> list[Job]:
-    """The sweep's report, and its closing line on stderr."""
-    jobs = write_report(sweep_dir)
-    print(closing_line(sweep_dir, jobs), file=sys.stderr, flush=True)
-    return jobs
+    """The sweep's report, and its closing line on stderr; returns its jobs."""
+    written = write_report(sweep_dir)
+    print(closing_line(sweep_dir, written), file=sys.stderr, flush=True)
+    return written.jobs

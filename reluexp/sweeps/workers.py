@@ -89,8 +89,10 @@ def stop_workers_on_signals(sweep_dir: Path, end_sweep: Callable[[], object]) ->
         signal.signal(signum, signal.SIG_IGN)  # one stop at a time
         stop_workers(sweep_dir, signum)
         end_sweep()
-        # Exit now: the launcher would only wait on workers that are gone.
-        os._exit(128 + signum)
+        # Raised in the launcher's wait: joblib unwinds, releasing its executor's semaphores and
+        # memmapping folders (an os._exit here left them to loky's resource tracker, which
+        # warned of them after the closing line).
+        raise SystemExit(128 + signum)
 
     for signum in STOPS:
         set_handler(signum, stop)

@@ -29,13 +29,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        write_report(sweep_dir)
+        written = write_report(sweep_dir)
     except OSError as error:
         where = error.filename or sweep_dir
         print(f"reluexp.report: error: {where}: cannot write ({error.strerror})", file=sys.stderr)
         return 2
     print((sweep_dir / "summary.md").read_text())
-    print(f"Wrote {sweep_dir / 'summary.csv'}, summary.md and loss_curves.png")
+    print(f"Wrote into {sweep_dir}: {written.listing}")
     return 0
 
 

@@ -9,6 +9,7 @@ import re
 import statistics
 import textwrap
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from reluexp.record.events import Layout, loss_gap_series, write_derived
@@ -249,9 +250,25 @@ def plot_loss_curves(groups: list[Group]) -> bytes:
     return png(figure, dpi=110)
 
 
-def write_report(sweep_dir: Path) -> list[Job]:
+@dataclass
+class Written:
+    """A sweep's report: its jobs, and the files it wrote into the sweep directory, with what
+    it could not draw and why."""
+
+    jobs: list[Job]
+    files: list[str]
+    undrawn: str = ""
+
+    @property
+    def listing(self) -> str:
+        """`summary.md, summary.csv, loss_curves.png`, or why a file is missing."""
+        return ", ".join(self.files) + (f"; {self.undrawn}" if self.undrawn else "")
+
+
+def write_report(sweep_dir: Path) -> Written:
     """summary.csv, summary.md and loss_curves.png for sweep_dir, and TensorBoard's view of
-    them; returns its jobs."""
+    them. Without matplotlib (a broken environment) the table and the numbers stand, without
+    the figures."""
     jobs = find_jobs(sweep_dir)
     groups = group_jobs(jobs)
     rows = summary_rows(groups)
@@ -288,22 +305,28 @@ def write_report(sweep_dir: Path) -> list[Job]:
     write_whole(sweep_dir / "summary.md", summary_md)
     write_group_runs(sweep_dir, groups)
     write_job_gaps(groups)
-    curves = plot_loss_curves(groups)
-    write_whole(sweep_dir / "loss_curves.png", curves)
-    # The same figure and table in TensorBoard, in the sweep directory's own run: it sorts
-    # before its jobs, so its layout leads the Custom Scalars tab.
-    write_derived(
-        sweep_dir,
-        "report",
-        layout=report_layout(groups),
-        images={
-            "report/loss_curves": curves,
+    written = Written(jobs, ["summary.md", "summary.csv"])
+    try:
+        images = {
+            "report/loss_curves": plot_loss_curves(groups),
             **{
                 f"report/pair: {pair_name(group)}": pair_png(group)
                 for group in groups
                 if group.reference is not None
             },
-        },
+        }
+    except ImportError as error:
+        images, written.undrawn = {}, f"no loss_curves.png: {error}"
+    else:
+        write_whole(sweep_dir / "loss_curves.png", images["report/loss_curves"])
+        written.files.append("loss_curves.png")
+    # The same figures and table in TensorBoard, in the sweep directory's own run: it sorts
+    # before its jobs, so its layout leads the Custom Scalars tab.
+    write_derived(
+        sweep_dir,
+        "report",
+        layout=report_layout(groups),
+        images=images,
         texts=summary_texts(header, rows),
     )
-    return jobs
+    return written
