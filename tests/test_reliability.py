@@ -342,13 +342,19 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("step", -50, "step is -50: must be a whole number from 0 to 20"),
-        ("step", 10**9, "step is 1000000000: must be a whole number from 0 to 20"),
-        ("min_loss", "x", "min_loss is 'x': must be a number"),
-        ("wall_time_s", math.nan, "wall_time_s is nan: must be a finite number >= 0"),
-        ("steps_with_exact_zeros", 10**9, "steps_with_exact_zeros is 1000000000"),
-        ("weights", [torch.zeros(3, 3)], "weights have the shapes [(3, 3)]; the config's layers"),
-        ("rng_cpu", torch.zeros(3), "rng_cpu is not a torch RNG state"),
+        (["step"], -50, "'s step is -50: must be a whole number from 0 to 20"),
+        (["step"], 10**9, "'s step is 1000000000: must be a whole number from 0 to 20"),
+        (["outcome", "min_loss"], "x", "'s outcome's min_loss is 'x': must be a number"),
+        (["outcome", "diverged_at"], 3, "'s outcome's divergence is (3, None): must be a step"),
+        (["wall_time_s"], math.nan, "'s wall_time_s is nan: must be a finite number >= 0"),
+        (
+            ["recorded", "steps_with_exact_zeros"],
+            10**9,
+            "'s steps_with_exact_zeros is 1000000000",
+        ),
+        (["weights"], [torch.zeros(3, 3)], "'s weights have the shapes [(3, 3)]; the config's"),
+        (["rng_cpu"], torch.zeros(3), "'s rng_cpu is not a torch RNG state"),
+        (["format"], 1, " was written by another version of reluexp (format 1, this one reads"),
     ],
 )
 def test_a_checkpoint_that_makes_no_sense_is_refused_before_training(
@@ -356,10 +362,14 @@ def test_a_checkpoint_that_makes_no_sense_is_refused_before_training(
 ):
     run_dir = interrupted_run(tmp_path / "run")
     checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
-    checkpoint[field] = value
+    *parents, key = field
+    holder = checkpoint
+    for parent in parents:
+        holder = holder[parent]
+    holder[key] = value
     torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
     before = summary(run_dir)
-    with pytest.raises(ConfigError, match=re.escape(f"checkpoint.pt's {message}")):
+    with pytest.raises(ConfigError, match=re.escape(f"checkpoint.pt{message}")):
         runner.resume(run_dir)
     assert summary(run_dir) == before
 

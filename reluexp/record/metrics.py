@@ -3,7 +3,7 @@
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -42,14 +42,31 @@ def squared_norm(vector: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class MetricRows:
-    """A flushed block: the steps, their wall times and one host row (tags.streamed order)
-    each, with each hidden layer's count of live units."""
+class Block:
+    """A flush's host values: the steps, their wall times and one row each (a value per tag),
+    with each activation site's count of live units; and the validation passes with their
+    steps (each [loss, accuracy, the batch's accuracy], NaN where there is none)."""
 
-    steps: list[int]
-    times: list[float]
-    rows: list[list[float]]
-    live_units: list[list[int]]
+    tags: list[str]
+    sites: list[str]
+    steps: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    rows: list[list[float]] = field(default_factory=list)
+    live_units: list[list[int]] = field(default_factory=list)
+    evaluation_steps: list[int] = field(default_factory=list)
+    evaluations: list[list[float]] = field(default_factory=list)
+
+    def first(self, n: int) -> "Block":
+        """The block's first n rows (its validation passes all kept)."""
+        if n == len(self.rows):
+            return self
+        return replace(
+            self,
+            steps=self.steps[:n],
+            times=self.times[:n],
+            rows=self.rows[:n],
+            live_units=self.live_units[:n],
+        )
 
 
 @dataclass
@@ -113,6 +130,8 @@ class MetricStream:
         self.widths = widths
         self.num_weights = num_weights
         self.tags = tags.streamed(num_weights, param_sizes)
+        # Where the activation's units are counted, as warnings name them.
+        self.sites = [f"hidden layer {layer}" for layer in range(1, len(widths) + 1)]
         # Which of a row's values are squared norms: the weights' and a tensor parameter's.
         self.squared = [False] + [True] * (2 * num_weights)
         for size in param_sizes.values():
@@ -120,6 +139,8 @@ class MetricStream:
         self.rows: list[MetricRow] = []
         self.steps: list[int] = []
         self.times: list[float] = []
+        # Validation passes waiting on the device: (step, [loss, accuracy, batch accuracy]).
+        self.evaluations: list[tuple[int, torch.Tensor]] = []
         self.last_flush = time.perf_counter()
 
     def new_row(self) -> MetricRow:
@@ -130,19 +151,29 @@ class MetricStream:
         self.steps.append(step)
         self.times.append(time.time())
 
+    def record_evaluation(self, step: int, values: torch.Tensor) -> None:
+        """A validation pass's [loss, accuracy, the batch's accuracy], kept on the device
+        until the next flush (no host sync)."""
+        self.evaluations.append((step, values))
+
     @property
     def due(self) -> bool:
         """The block is full, or old enough that a slow run should stream what it has."""
         full = len(self.steps) == FLUSH_ROWS
         return full or time.perf_counter() - self.last_flush > FLUSH_SECONDS
 
-    def flush(self) -> MetricRows:
+    def flush(self) -> Block:
         """The recorded rows on the host, in self.tags' order, each kind stacked and copied
-        once per block (at a flush, ops cost more in dispatch than in arithmetic too); the
-        stream is then empty."""
+        once per block (at a flush, ops cost more in dispatch than in arithmetic too), and the
+        validation passes; the stream is then empty."""
+        block = Block(self.tags, self.sites)
+        if self.evaluations:
+            block.evaluation_steps = [step for step, _ in self.evaluations]
+            block.evaluations = torch.stack([v for _, v in self.evaluations]).tolist()
+            self.evaluations = []
         rows = self.rows
         if not rows:
-            return MetricRows([], [], [], [])
+            return block
         k = self.num_weights
         values, nonzero, alive = self.device_block()
         squared = torch.tensor(self.squared, device=values.device)
@@ -161,7 +192,8 @@ class MetricStream:
             ],
             dim=1,
         )
-        block = MetricRows(list(self.steps), list(self.times), host.tolist(), alive.tolist())
+        block.steps, block.times = list(self.steps), list(self.times)
+        block.rows, block.live_units = host.tolist(), alive.tolist()
         self.rows, self.steps, self.times = [], [], []
         self.last_flush = time.perf_counter()
         return block

@@ -8,6 +8,9 @@ names are chosen for `loss` to sort first in both (then `lossgap_log10`, `lossra
 import re
 
 LOSS = "loss/train"
+# A parameter's gradient norm (before the step's update) and its own norm (after it):
+# `norm/grad_w1`, `norm/weight_w1`.
+GRAD_NORM_PREFIX, WEIGHT_NORM_PREFIX = "norm/grad_", "norm/weight_"
 GRAD_NORM_TOTAL = "norm/grad_total"
 DEAD_FRACTION = "units/dead_fraction"
 # Pre-activations exactly 0.0: where a ReLU's subgradient convention matters.
@@ -51,9 +54,9 @@ def streamed(num_weights: int, param_sizes: dict[str, int] | None = None) -> lis
     names = weight_names(num_weights)
     return [
         LOSS,
-        *(f"norm/grad_{n}" for n in names),
+        *(GRAD_NORM_PREFIX + n for n in names),
         GRAD_NORM_TOTAL,
-        *(f"norm/weight_{n}" for n in names),
+        *(WEIGHT_NORM_PREFIX + n for n in names),
         DEAD_FRACTION,
         EXACT_ZEROS,
         *activation_params(param_sizes or {}),

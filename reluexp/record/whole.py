@@ -10,7 +10,8 @@ from typing import Any
 
 def write_whole(path: Path, data: bytes | str) -> None:
     """data into path, whole; a failed write (a full disk) leaves the old file and no
-    temporary one (one left by a killed writer is replaced by the next write)."""
+    temporary one (one left by a killed writer is replaced by the next write), and its error
+    names the path, not the temporary name."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         if isinstance(data, str):
@@ -18,6 +19,8 @@ def write_whole(path: Path, data: bytes | str) -> None:
         else:
             tmp.write_bytes(data)
         os.replace(tmp, path)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         tmp.unlink(missing_ok=True)
 

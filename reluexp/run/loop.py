@@ -1,6 +1,8 @@
 """The training loop, seed-exact: forward, loss, backward, the update, the metrics of every
 logged step, checkpoints; until the last step, a divergence or a stop signal."""
 
+import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,6 +10,7 @@ import torch
 
 from reluexp.config import Config
 from reluexp.functions.targets import Activation
+from reluexp.record.metrics import Block, MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder
 from reluexp.run.batches import Batches
@@ -16,6 +19,8 @@ from reluexp.run.losses import objective
 from reluexp.run.rundir import DiskReserve
 from reluexp.run.signals import StopSignals
 from reluexp.run.state import RunState, save_state
+
+log = logging.getLogger("reluexp")
 
 
 @dataclass
@@ -28,6 +33,7 @@ class Training:
     data: Dataset
     state: RunState
     activation: Activation
+    stream: MetricStream
     recorder: Recorder
     stop: StopSignals | None
     progress: Progress
@@ -38,18 +44,56 @@ class Training:
     def stop_signal(self) -> int | None:
         return None if self.stop is None else self.stop.signum
 
+    @property
+    def stopped(self) -> bool:
+        return self.state.outcome.stopped(self.config)
+
+    def collect(self) -> Block:
+        """The steps recorded on the device so far, on the host, with what they mean for the
+        run (its outcome, new warnings said); nothing written yet."""
+        outcome = self.state.outcome
+        said = len(outcome.warnings)
+        block = outcome.update(self.stream.flush(), self.config)
+        for warning in outcome.warnings[said:]:
+            log.warning("warning: %s", warning)
+        return block
+
+    def flush(self) -> None:
+        self.recorder.write(self.collect())
+
+    def checkpoint(self) -> None:
+        save_state(self.run_dir, self.config, self.state, self.recorder.state_dict())
+
+
+def evaluation(
+    loss: torch.Tensor,
+    logits: torch.Tensor | None,
+    y: torch.Tensor,
+    batch_logits: torch.Tensor | None,
+    batch_y: torch.Tensor,
+) -> torch.Tensor:
+    """A validation pass's [loss, accuracy, the step's batch accuracy] on the device, float64;
+    the accuracies NaN for regression."""
+    values = [loss.double()]
+    for found, wanted in ((logits, y), (batch_logits, batch_y)):
+        values.append(
+            (found.argmax(1) == wanted).double().mean()
+            if found is not None
+            else torch.tensor(math.nan, dtype=torch.float64, device=loss.device)
+        )
+    return torch.stack(values)
+
 
 def train_loop(training: Training) -> None:
     """Train from the state's step to config.steps, a divergence, or a stop signal; metrics
     flushed."""
-    config, state, recorder = training.config, training.state, training.recorder
+    config, state, stream = training.config, training.state, training.stream
     data = training.data
     loss_of = objective(config, data)
     # compile=true: forward and loss, and through AOTAutograd their backward, as compiled kernels.
     compute_loss = torch.compile(loss_of) if config.compile else loss_of
     batches = Batches(data, config.data.batch_size, config.seed)
-    stream = recorder.stream
-    while state.step < config.steps and not recorder.stopped and training.stop_signal is None:
+    while state.step < config.steps and not training.stopped and training.stop_signal is None:
         step = state.step
         x, y = batches.at(step)
         loss, hidden, logits = compute_loss(x, y, state.weights, training.activation, state.biases)
@@ -67,19 +111,21 @@ def train_loop(training: Training) -> None:
                 val_loss, _, val_logits = loss_of(
                     data.x_val, data.y_val, state.weights, training.activation, state.biases
                 )
-                recorder.record_evaluation(step, val_loss, val_logits, data.y_val, logits, y)
+                stream.record_evaluation(
+                    step, evaluation(val_loss, val_logits, data.y_val, logits, y)
+                )
             state.update(row)
             if row is not None:
                 stream.end_row(step, row)
         state.step += 1
         if stream.due:
-            recorder.flush()
+            training.flush()
         training.progress.update(state.step)
         if (
             training.run_dir is not None
             and config.checkpoint_every
             and state.step % config.checkpoint_every == 0
         ):
-            recorder.flush()  # so the checkpoint's min/final loss cover every step before it
-            save_state(training.run_dir, config, state)
-    recorder.flush()
+            training.flush()  # so the checkpoint's min/final loss cover every step before it
+            training.checkpoint()
+    training.flush()

@@ -18,12 +18,14 @@ from reluexp.config import (
     Dtype,
     config_dict,
     config_from_dict,
+    hidden_sizes,
     validate,
 )
 from reluexp.functions.targets import Activation, is_own, resolve_activation, surrogate_of
 from reluexp.record import summary as summaries
 from reluexp.record.events import EventWriter
 from reluexp.record.hparams import hparams
+from reluexp.record.metrics import MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder, Series
 from reluexp.record.summary import RunSummary, SummaryError
@@ -36,7 +38,7 @@ from reluexp.run.process import job_environment
 from reluexp.run.resumes import imported_paths
 from reluexp.run.rundir import DiskReserve, hold_run
 from reluexp.run.signals import StopSignals, slurm_job_id
-from reluexp.run.state import RunState, build_state, check_checkpoint, save_state, seeded_data
+from reluexp.run.state import RunState, build_state, check_checkpoint, seeded_data
 
 log = logging.getLogger("reluexp")
 # Lines for the run's reluexp.log only (conf/config.yaml): the closing line says them on stderr.
@@ -212,16 +214,20 @@ def _run(
                 loss = loss_kind(config, data).value
                 events.declare(hparams(config, device, sizes, loss), varying)
         batch = len(data.x) if config.data.batch_size is None else config.data.batch_size
-        recorder = Recorder(config, state, events, summary.warnings, min(batch, len(data.x)))
+        sizes = {name: p.numel() for name, p in state.activation_params.items()}
+        stream = MetricStream(
+            min(batch, len(data.x)), hidden_sizes(config.model.hidden), len(state.weights), sizes
+        )
         training = Training(
             config,
             run_dir,
             data,
             state,
             activation,
-            recorder,
+            stream,
+            Recorder(config, events, **state.recorded),
             stop,
-            Progress(config.steps, state.step, lambda: state.final_loss, not config.quiet),
+            Progress(config.steps, state.step, lambda: state.outcome.final_loss, not config.quiet),
             reserve,
             start_step=state.step,
         )
@@ -235,11 +241,11 @@ def _run(
 def train_to_the_end(training: Training, summary: RunSummary) -> None:
     """Train, checkpoint the last step; an interruption or a failure is recorded as the run's
     outcome on its way out."""
-    state, recorder = training.state, training.recorder
+    state, outcome = training.state, training.state.outcome
     try:
         train_loop(training)
-        if not recorder.stopped and training.run_dir is not None:
-            save_state(training.run_dir, training.config, state)
+        if not training.stopped and training.run_dir is not None:
+            training.checkpoint()
         if training.stop_signal is not None:
             summary.signal = signal.Signals(training.stop_signal).name
             finish(training, summary, "interrupted")
@@ -247,9 +253,10 @@ def train_to_the_end(training: Training, summary: RunSummary) -> None:
                 "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
             )
             raise Interrupted(training.stop_signal)
-        last_step = recorder.diverged_at if recorder.stopped else state.step - 1
-        if recorder.events is not None:
-            recorder.events.hparams_end(max(last_step, 0), state.final_loss, state.min_loss)
+        events = training.recorder.events
+        last_step = outcome.diverged_at if training.stopped else state.step - 1
+        if events is not None:
+            events.hparams_end(max(last_step, 0), outcome.final_loss, outcome.min_loss)
     except Interrupted:
         raise
     except Exception as error:
@@ -262,23 +269,23 @@ def train_to_the_end(training: Training, summary: RunSummary) -> None:
 
 def record_the_end(training: Training, summary: RunSummary) -> RunResult:
     """A run that trained to its last step, or to a divergence: its outcome, its warnings."""
-    recorder, state = training.recorder, training.state
-    summary.diverged_at_step, summary.diverged_on = recorder.diverged_at, recorder.diverged_on
-    status = "completed" if recorder.diverged_at is None else "diverged"
+    state, outcome = training.state, training.state.outcome
+    status = "completed" if outcome.diverged_at is None else "diverged"
     if status == "completed":
-        recorder.check_progress()
+        said = len(outcome.warnings)
+        outcome.check_progress(training.config, state.step)
+        for warning in outcome.warnings[said:]:
+            log.warning("warning: %s", warning)
     finish(training, summary, status)
-    if recorder.diverged_at is not None:
-        log.warning(
-            "diverged: non-finite %s at step %d", recorder.diverged_on, recorder.diverged_at
-        )
+    if outcome.diverged_at is not None:
+        log.warning("diverged: non-finite %s at step %d", outcome.diverged_on, outcome.diverged_at)
     return RunResult(
         status,
         summary.steps_done,
-        state.final_loss,
-        state.min_loss,
-        recorder.diverged_at,
-        recorder.series,
+        outcome.final_loss,
+        outcome.min_loss,
+        outcome.diverged_at,
+        training.recorder.series,
         state,
         summary,
     )
@@ -290,34 +297,37 @@ def finish(training: Training, summary: RunSummary, status: str) -> None:
     log's line fit, and the events come last, as far as they fit."""
     if training.reserve is not None:
         training.reserve.release()
-    state, recorder = training.state, training.recorder
-    unwritten = recorder.collect()
+    state, outcome = training.state, training.state.outcome
+    unwritten = training.collect()
     segment_time = time.perf_counter() - state.segment_start
     # Steps this process ran, past a divergence too (until a flush saw it).
     executed_steps = state.step - training.start_step
+    summary.diverged_at_step, summary.diverged_on = outcome.diverged_at, outcome.diverged_on
+    summary.warnings = list(outcome.warnings)
     summaries.record_end(
         training.run_dir,
         summary,
         status,
-        steps_done=recorder.diverged_at + 1 if recorder.stopped else state.step,
-        final_loss=state.final_loss,
-        min_loss=state.min_loss,
+        steps_done=outcome.diverged_at + 1 if training.stopped else state.step,
+        final_loss=outcome.final_loss,
+        min_loss=outcome.min_loss,
         wall_time_s=state.wall_time_s,
         steps_per_s=executed_steps / segment_time if segment_time > 0 else None,
-        **state.evaluation,
+        **outcome.evaluation,
     )
-    if recorder.events is None:
+    events = training.recorder.events
+    if events is None:
         return
     if status == "failed":  # the run's log (only): before the events can fill the disk again
         file_log.error("failed at step %d: %s", state.step, summary.error)
     try:
-        recorder.write(unwritten)
+        training.recorder.write(unwritten)
     except OSError as error:
         if status != "failed":
             raise
         log.error("%s: the last steps' events did not fit (%s)", training.run_dir, error.strerror)
     try:
-        recorder.events.close()
+        events.close()
     except OSError as error:
         if status != "failed":
             raise

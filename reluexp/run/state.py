@@ -15,7 +15,11 @@ from reluexp.functions.targets import Activation
 from reluexp.run.checkpoint import save_checkpoint
 from reluexp.run.data import Dataset, load_data
 from reluexp.run.model import init_weights
+from reluexp.run.outcome import Outcome
 from reluexp.run.update import WeightUpdate
+
+# What a checkpoint's fields are: a checkpoint of another format is refused, not misread.
+CHECKPOINT_FORMAT = 2
 
 log = logging.getLogger("reluexp")
 
@@ -31,15 +35,10 @@ class RunState:
     activation_params: dict[str, torch.Tensor]
     update: WeightUpdate
     step: int = 0
-    min_loss: float = math.inf
-    final_loss: float = math.nan
-    # The loss of step 0: how far the run moved.
-    first_loss: float = math.nan
-    # Logged steps so far whose pre-activations held an exact 0.0.
-    steps_with_exact_zeros: int = 0
-    # With a validation split: the last pass's loss and accuracy, the best accuracy and its
-    # step, the last recorded training accuracy (summary.json's fields of the same names).
-    evaluation: dict[str, float] = field(default_factory=dict)
+    # What its recorded steps mean: its losses, divergence, warnings (run/outcome.py).
+    outcome: Outcome = field(default_factory=Outcome)
+    # What its recorder counts across a resume (Recorder.state_dict), from its checkpoint.
+    recorded: dict[str, Any] = field(default_factory=dict)
     # Wall time of the run's earlier segments (before an interruption), and this one's start.
     earlier_wall_time_s: float = 0.0
     segment_start: float = 0.0
@@ -89,11 +88,8 @@ def build_state(
     state = RunState(weights, biases, activation_params, update, segment_start=time.perf_counter())
     if checkpoint is not None:
         state.step = checkpoint["step"]
-        state.min_loss = checkpoint["min_loss"]
-        state.final_loss = checkpoint["final_loss"]
-        state.first_loss = checkpoint.get("first_loss", math.nan)
-        state.steps_with_exact_zeros = checkpoint.get("steps_with_exact_zeros", 0)
-        state.evaluation = dict(checkpoint.get("evaluation", {}))
+        state.outcome = Outcome(**checkpoint["outcome"])
+        state.recorded = checkpoint["recorded"]
         state.earlier_wall_time_s = checkpoint["wall_time_s"]
         state.update.load_state_dict(checkpoint["optimizer"])
         torch.set_rng_state(checkpoint["rng_cpu"])
@@ -102,11 +98,13 @@ def build_state(
     return data, state
 
 
-def save_state(run_dir: Path, config: Config, state: RunState) -> None:
+def save_state(run_dir: Path, config: Config, state: RunState, recorded: dict[str, Any]) -> None:
+    """The run's checkpoint; `recorded`: its recorder's counts (Recorder.state_dict)."""
     log.debug("checkpoint at step %d", state.step)
     save_checkpoint(
         run_dir,
         {
+            "format": CHECKPOINT_FORMAT,
             "step": state.step,
             "weights": [w.detach() for w in state.weights],
             "biases": [b.detach() for b in state.biases],
@@ -115,11 +113,8 @@ def save_state(run_dir: Path, config: Config, state: RunState) -> None:
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "config": config_dict(config),
-            "min_loss": state.min_loss,
-            "final_loss": state.final_loss,
-            "first_loss": state.first_loss,
-            "steps_with_exact_zeros": state.steps_with_exact_zeros,
-            "evaluation": state.evaluation,
+            "outcome": state.outcome.state_dict(),
+            "recorded": recorded,
             "wall_time_s": state.wall_time_s,
         },
     )
@@ -137,14 +132,39 @@ def check_checkpoint(
     def number(value: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
 
+    def whole(value: Any, low: int, high: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    if checkpoint.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(
+            f"{where}: checkpoint.pt was written by another version of reluexp (format "
+            f"{checkpoint.get('format', 1)!r}, this one reads {CHECKPOINT_FORMAT}); resume it "
+            "with that version"
+        )
     step = checkpoint.get("step")
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= config.steps:
+    if not whole(step, 0, config.steps):
         refuse("step", f"is {step!r}: must be a whole number from 0 to {config.steps}")
+    outcome = checkpoint.get("outcome")
+    if not isinstance(outcome, dict) or set(outcome) != set(Outcome().state_dict()):
+        refuse("outcome", "is not a run's outcome")
     for name in ("min_loss", "final_loss", "first_loss"):
-        if not number(checkpoint.get(name, math.nan)):
-            refuse(name, f"is {checkpoint.get(name)!r}: must be a number")
-    zeros = checkpoint.get("steps_with_exact_zeros", 0)
-    if not isinstance(zeros, int) or isinstance(zeros, bool) or not 0 <= zeros <= step:
+        if not number(outcome[name]):
+            refuse(f"outcome's {name}", f"is {outcome[name]!r}: must be a number")
+    diverged = (outcome["diverged_at"], outcome["diverged_on"])
+    if diverged != (None, None) and not (
+        whole(diverged[0], 0, step) and isinstance(diverged[1], str)
+    ):
+        refuse("outcome's divergence", f"is {diverged!r}: must be a step and what diverged")
+    if not isinstance(outcome["warnings"], list) or not all(
+        isinstance(w, str) for w in outcome["warnings"]
+    ):
+        refuse("outcome's warnings", "are not a list of lines")
+    if not isinstance(outcome["evaluation"], dict) or not all(
+        map(number, outcome["evaluation"].values())
+    ):
+        refuse("outcome's evaluation", "is not a dict of numbers")
+    zeros = checkpoint.get("recorded", {}).get("steps_with_exact_zeros")
+    if not whole(zeros, 0, step):
         refuse("steps_with_exact_zeros", f"is {zeros!r}: must be a whole number from 0 to {step}")
     wall_time = checkpoint.get("wall_time_s")
     if not number(wall_time) or not math.isfinite(wall_time) or wall_time < 0:
@@ -163,9 +183,6 @@ def check_checkpoint(
         [(d_out,) for _, d_out in expected] if config.model.bias else []
     ):
         refuse("biases", "do not fit the config's layers (model.bias)")
-    evaluation = checkpoint.get("evaluation", {})
-    if not isinstance(evaluation, dict) or not all(map(number, evaluation.values())):
-        refuse("evaluation", "is not a dict of numbers")
     activation = checkpoint.get("activation", {})
     if not isinstance(activation, dict) or not all(
         isinstance(p, torch.Tensor) for p in activation.values()

@@ -1,0 +1,157 @@
+"""What a run's recorded steps mean for it, decided here only: the loss it has reached,
+divergence (a non-finite loss, gradient or weight), its validation numbers, and the warnings of a
+run that stopped learning, with their likely causes. Host numbers in, decisions out: nothing
+here computes on a device or writes a file."""
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from reluexp.config import Config, Optimizer
+from reluexp.record import tags
+from reluexp.record.metrics import Block
+
+# A completed run whose loss moved by less than this fraction, over at least this many steps,
+# gets a warning: it trained in name only.
+STALL_FRACTION = 0.01
+STALL_STEPS = 2
+# Where an optimizer's lr usually lies: an lr ten times below gets named as the likely cause.
+USUAL_LR = {Optimizer.adam: (1e-4, 1e-2)}
+# Manual or SGD steps that together move the weights by less than this fraction of their norm:
+# named as the likely cause (a step's size depends on the data and the loss, so it is measured,
+# not a range).
+SMALL_MOVE = 1e-2
+
+
+def watched_columns(streamed: list[str]) -> list[tuple[int, str]]:
+    """What a row says is non-finite, by column, in the order a step computes it: its loss,
+    then each weight's gradient norm (before the update), then each weight's norm (after it)."""
+    columns = [(streamed.index(tags.LOSS), "loss")]
+    for index, name in enumerate(streamed):
+        if name.startswith(tags.GRAD_NORM_PREFIX) and name != tags.GRAD_NORM_TOTAL:
+            columns.append((index, f"gradient norm of {name.removeprefix(tags.GRAD_NORM_PREFIX)}"))
+    for index, name in enumerate(streamed):
+        if name.startswith(tags.WEIGHT_NORM_PREFIX):
+            columns.append((index, f"norm of {name.removeprefix(tags.WEIGHT_NORM_PREFIX)}"))
+    return columns
+
+
+@dataclass
+class Outcome:
+    """A run's numbers and verdicts so far (checkpointed with it): the loss of its first, last
+    and lowest recorded step, where it diverged and on what, its last validation numbers, and
+    its warnings (summary.json's list: each kind once, resumed runs too)."""
+
+    min_loss: float = math.inf
+    final_loss: float = math.nan
+    first_loss: float = math.nan
+    diverged_at: int | None = None
+    diverged_on: str | None = None
+    # With a validation split: the last pass's loss and accuracy, the best accuracy and its
+    # step, the last recorded training accuracy (summary.json's fields of the same names).
+    evaluation: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    # The last recorded step's row (for the size of a step), not checkpointed.
+    last_row: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        del values["last_row"]
+        return values
+
+    def stopped(self, config: Config) -> bool:
+        """The run has diverged and stops there (stop_on_divergence)."""
+        return self.diverged_at is not None and config.stop_on_divergence
+
+    def update(self, block: Block, config: Config) -> Block:
+        """A flushed block's meaning: the losses reached, divergence, warnings, validation
+        numbers. Returns the rows the run keeps: with stop_on_divergence, none after the step
+        that diverged (they trained on non-finite values)."""
+        self.take_evaluations(block)
+        if not block.rows:
+            return block
+        streamed = block.tags
+        loss, total = streamed.index(tags.LOSS), streamed.index(tags.GRAD_NORM_TOTAL)
+        watched = watched_columns(streamed)
+        kept = len(block.rows)
+        for i, (step, row) in enumerate(zip(block.steps, block.rows)):
+            if row[total] == 0:
+                self.warn(
+                    "gradients vanished", step, "total gradient norm exactly 0, no weight moves"
+                )
+            for site, live in zip(block.sites, block.live_units[i]):
+                if live == 0:
+                    self.warn(
+                        f"{site} dead",
+                        step,
+                        "every unit is 0 on the whole batch, no gradient passes it",
+                    )
+            if math.isfinite(row[loss]):
+                self.min_loss = min(self.min_loss, row[loss])
+            non_finite = next((what for at, what in watched if not math.isfinite(row[at])), None)
+            if non_finite is not None and self.diverged_at is None:
+                self.diverged_at, self.diverged_on = step, non_finite
+                if config.stop_on_divergence:
+                    kept = i + 1
+                    break
+        block = block.first(kept)
+        self.final_loss = block.rows[-1][loss]
+        self.last_row = dict(zip(streamed, block.rows[-1]))
+        if block.steps[0] == 0:
+            self.first_loss = block.rows[0][loss]
+        return block
+
+    def take_evaluations(self, block: Block) -> None:
+        """The block's validation passes: the last values and the best accuracy."""
+        found = self.evaluation
+        for step, (loss, accuracy, train_accuracy) in zip(
+            block.evaluation_steps, block.evaluations
+        ):
+            found["val_loss"], found["val_accuracy"] = loss, accuracy
+            if math.isfinite(train_accuracy):
+                found["train_accuracy"] = train_accuracy
+            if math.isfinite(accuracy) and accuracy > found.get("best_val_accuracy", -1.0):
+                found["best_val_accuracy"], found["best_val_accuracy_step"] = accuracy, step
+
+    def warn(self, kind: str, step: int, consequence: str) -> None:
+        """A warning of this kind, once per run."""
+        if not any(warning.startswith(kind) for warning in self.warnings):
+            self.warnings.append(f"{kind} from step {step}: {consequence}")
+
+    def check_progress(self, config: Config, steps_done: int) -> None:
+        """A completed run whose loss barely moved looks `completed`: warn, with the likely
+        cause."""
+        first, last = self.first_loss, self.final_loss
+        if steps_done < STALL_STEPS or not (math.isfinite(first) and math.isfinite(last)):
+            return
+        moved = (last - first) / abs(first) if first else math.inf
+        if abs(moved) >= STALL_FRACTION:
+            return
+        consequence = f"{first:.4g} to {last:.4g} ({moved:+.2%}) in {steps_done} steps"
+        optimizer = Optimizer(config.optimizer)
+        usual = USUAL_LR.get(optimizer)
+        step = self.relative_step(config)
+        if usual is not None and config.lr < usual[0] / 10:
+            consequence += (
+                f"; lr={config.lr:g} is far below {optimizer.value}'s usual range ({usual[0]:g} "
+                f"to {usual[1]:g})"
+            )
+        elif step is not None and step * steps_done < SMALL_MOVE:
+            consequence += (
+                f"; a step moves the weights by ~{step:.1g} of their norm (lr={config.lr:g} x "
+                f"gradient norm / weight norm), ~{step * steps_done:.1g} in {steps_done} steps: "
+                "a larger lr moves them more"
+            )
+        self.warn("loss barely moved", 0, consequence)
+
+    def relative_step(self, config: Config) -> float | None:
+        """How far the last recorded manual or SGD step moved the weights, as a fraction of
+        their norm: lr x total gradient norm / total weight norm (None for adam, whose step
+        does not scale with the gradient, or without a finite row)."""
+        row = self.last_row
+        if not row or Optimizer(config.optimizer) == Optimizer.adam:
+            return None
+        squares = [v**2 for tag, v in row.items() if tag.startswith(tags.WEIGHT_NORM_PREFIX)]
+        weights = math.sqrt(sum(squares))
+        step = config.lr * row[tags.GRAD_NORM_TOTAL] / weights if weights > 0 else math.nan
+        return step if math.isfinite(step) else None
