@@ -1,10 +1,10 @@
-"""Typed config schema and its range checks (Hydra knows the schema through hydra_glue)."""
+"""Typed config schema, normalized once where a config is made (options as their Enum members, a
+hidden width as a list), its meanings for --help, and its range checks (Hydra knows the schema
+through hydra_glue)."""
 
-import ast
 import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -15,44 +15,100 @@ class ConfigError(ValueError):
 
 
 class Dtype(str, Enum):
+    """One of: float32, float64."""
+
     float32 = "float32"
     float64 = "float64"
 
 
 class Optimizer(str, Enum):
-    # manual: the seed's `w -= lr * w.grad`; sgd: torch.optim.SGD (it rounds differently);
-    # adam: torch.optim.Adam.
+    """manual: the seed's `w -= lr * w.grad`; sgd: torch.optim.SGD (it rounds differently);
+    adam: torch.optim.Adam."""
+
     manual = "manual"
     sgd = "sgd"
     adam = "adam"
 
 
-# The comment above each field is the key's meaning that --help prints (key_meanings()).
-# Defaults: the reference experiment's, for train.run() callers.
+def meaning(text: str) -> dict[str, str]:
+    """A field's meaning, which --help prints (key_meanings())."""
+    return {"help": " ".join(text.split())}
+
+
+def normalize(node: Any, prefix: str = "") -> None:
+    """A config's values as the schema's types say, in place: an option given by its name
+    (`"scaled"`) becomes its Enum member, a single hidden width a list of one. Done where a
+    config is made and again when it is validated (a caller may have set a field since); a
+    value that cannot be one is a ConfigError naming the key."""
+    for schema_field in fields(node):
+        kind, name = schema_field.type, schema_field.name
+        value = getattr(node, name)
+        if is_dataclass(kind):
+            normalize(value, f"{prefix}{name}.")
+        elif isinstance(kind, type) and issubclass(kind, Enum) and not isinstance(value, kind):
+            try:
+                setattr(node, name, kind(value))
+            except ValueError:
+                options = ", ".join(option.value for option in kind)
+                raise ConfigError(f"{prefix}{name}={value!r}: expected one of {options}") from None
+        elif f"{prefix}{name}" == "model.hidden":
+            widths = list(value) if isinstance(value, list | tuple) else [value]
+            if not widths or not all(
+                isinstance(h, int) and not isinstance(h, bool) for h in widths
+            ):
+                raise ConfigError(f"model.hidden={value!r}: expected an int or a list of ints")
+            node.hidden = widths
+
+
+# Defaults: the reference experiment's, for run() callers.
 
 
 @dataclass
 class ActivationConfig:
-    # The activation's name in run directories, summaries and reports (its conf/activation file).
-    name: str = "myrelu"
-    # Dotted path to an autograd Function, an nn.Module class or a plain function.
-    target: str | None = "reluexp.functions.MyReLU"
-    # Dotted path to the built-in the activation imitates (optional: reluexp.check compares with
-    # it when given).
-    reference: str | None = "torch.relu"
-    # Keyword arguments of the target (e.g. negative_slope); the reference and the surrogate get
-    # those they take. A custom activation's are new keys: +activation.params.x=1.
-    params: dict[str, Any] = field(default_factory=dict)
-    # Dotted path to the derivative the backward means to compute when it is deliberately not the
-    # forward's (a surrogate gradient: a spiking neuron's smooth stand-in for a step's 0), a
-    # Python function called with the input and the params it takes. reluexp.check checks the
-    # backward against it.
-    surrogate: str | None = None
+    name: str = field(
+        default="myrelu",
+        metadata=meaning(
+            "The activation's name in run directories, summaries and reports (its "
+            "conf/activation file)."
+        ),
+    )
+    target: str | None = field(
+        default="reluexp.functions.MyReLU",
+        metadata=meaning(
+            "Dotted path to an autograd Function, an nn.Module class or a plain function."
+        ),
+    )
+    reference: str | None = field(
+        default="torch.relu",
+        metadata=meaning(
+            "Dotted path to the built-in the activation imitates (optional: reluexp.check "
+            "compares with it when given)."
+        ),
+    )
+    params: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=meaning(
+            "Keyword arguments of the target (e.g. negative_slope); the reference and the "
+            "surrogate get those they take. A custom activation's are new keys: "
+            "+activation.params.x=1."
+        ),
+    )
+    surrogate: str | None = field(
+        default=None,
+        metadata=meaning(
+            "Dotted path to the derivative the backward means to compute when it is "
+            "deliberately not the forward's (a surrogate gradient: a spiking neuron's smooth "
+            "stand-in for a step's 0), a Python function called with the input and the params it "
+            "takes. reluexp.check checks the backward against it."
+        ),
+    )
 
 
 class DataName(str, Enum):
-    # random: the article's regression on noise; digits: scikit-learn's bundled 8x8 digits; file:
-    # the user's .npz or .pt (x, y, optionally x_val, y_val); callable: a function returning them.
+    """random: the article's regression on noise; digits: scikit-learn's bundled 8x8 digits;
+    file: the user's .npz or .pt (x, y, optionally x_val, y_val); callable: a function
+    returning them."""
+
     random = "random"
     digits = "digits"
     file = "file"
@@ -61,48 +117,77 @@ class DataName(str, Enum):
 
 @dataclass
 class DataConfig:
-    # Where the examples come from (the data= group sets it with its own defaults).
-    name: DataName = DataName.random
-    # The random data's number of examples (the others bring their own).
-    n: int = 64
-    # The random data's input features.
-    d_in: int = 1000
-    # The random data's output values.
-    d_out: int = 10
-    # data=file: the path of a .npz or .pt (data=callable takes data.loader instead).
-    path: str | None = None
-    # data=callable: the dotted path of a function returning x, y (and x_val, y_val) tensors.
-    loader: str | None = None
-    # Examples per step, a new seeded order each epoch; null: the full batch every step.
-    batch_size: int | None = None
-    # Held out for validation, fixed by the seed, when the data brings no validation split.
-    val_fraction: float = 0.2
+    name: DataName = field(
+        default=DataName.random,
+        metadata=meaning(
+            "Where the examples come from (the data= group sets it with its own defaults)."
+        ),
+    )
+    n: int = field(
+        default=64,
+        metadata=meaning("The random data's number of examples (the others bring their own)."),
+    )
+    d_in: int = field(default=1000, metadata=meaning("The random data's input features."))
+    d_out: int = field(default=10, metadata=meaning("The random data's output values."))
+    path: str | None = field(
+        default=None,
+        metadata=meaning(
+            "data=file: the path of a .npz or .pt (data=callable takes data.loader instead)."
+        ),
+    )
+    loader: str | None = field(
+        default=None,
+        metadata=meaning(
+            "data=callable: the dotted path of a function returning x, y (and x_val, y_val) "
+            "tensors."
+        ),
+    )
+    batch_size: int | None = field(
+        default=None,
+        metadata=meaning(
+            "Examples per step, a new seeded order each epoch; null: the full batch every step."
+        ),
+    )
+    val_fraction: float = field(
+        default=0.2,
+        metadata=meaning(
+            "Held out for validation, fixed by the seed, when the data brings no validation split."
+        ),
+    )
 
 
 class Loss(str, Enum):
-    # auto: the summed squared error for regression (the article's), cross-entropy (mean over
-    # the batch) for classification, as the data's targets say.
+    """auto: the summed squared error for regression (the article's), cross-entropy (mean over
+    the batch) for classification, as the data's targets say; mean_squared_error: the mean
+    over the batch and the outputs, whose gradient does not grow with the data's size."""
+
     auto = "auto"
     squared_error = "squared_error"
-    # The mean over the batch and the outputs: its gradient does not grow with the data's size.
     mean_squared_error = "mean_squared_error"
     cross_entropy = "cross_entropy"
 
 
 class Init(str, Enum):
-    # randn: the seed's torch.randn weights; scaled: randn times sqrt(2 / fan_in).
+    """randn: the seed's torch.randn weights; scaled: randn times sqrt(2 / fan_in)."""
+
     randn = "randn"
     scaled = "scaled"
 
 
 @dataclass
 class ModelConfig:
-    # An int (one hidden layer's width) or a list of ints (a deeper MLP).
-    hidden: Any = 100
-    # How the weights start.
-    init: Init = Init.randn
-    # A bias per layer (zeros at the start), trained with the weights; the article has none.
-    bias: bool = False
+    # Any for OmegaConf, which takes no union of a number and a list: a list once normalized.
+    hidden: Any = field(
+        default_factory=lambda: [100],
+        metadata=meaning("The hidden layers' widths: a list of ints (an int: one layer)."),
+    )
+    init: Init = field(default=Init.randn, metadata=meaning("How the weights start."))
+    bias: bool = field(
+        default=False,
+        metadata=meaning(
+            "A bias per layer (zeros at the start), trained with the weights; the article has none."
+        ),
+    )
 
 
 @dataclass
@@ -110,42 +195,78 @@ class Config:
     activation: ActivationConfig = field(default_factory=ActivationConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    # The learning rate.
-    lr: float = 1e-6
-    # Training steps (one batch each).
-    steps: int = 500
-    # Seeds the data, the weights and the batch order: the same seed, the same run.
-    seed: int = 42
-    # cpu, cuda, cuda:N, mps, or auto (cuda when there is one, else cpu).
-    device: str = "auto"
-    # The weights' and the data's floating-point type.
-    dtype: Dtype = Dtype.float32
-    # The weight update.
-    optimizer: Optimizer = Optimizer.manual
-    # The objective: squared_error (summed, the article's), mean_squared_error, cross_entropy,
-    # or auto (what the data's targets say).
-    loss: Loss = Loss.auto
-    # Steps between validation passes, when the data has a validation split (and at the last).
-    eval_every: int = 10
-    # torch intra-op threads; null keeps torch's default.
-    threads: int | None = None
-    # Steps between the values streamed to TensorBoard (loss, gradient and weight norms).
-    log_every: int = 1
-    # Steps between the article's `step loss` lines on stdout.
-    print_every: int = 100
-    # Steps between checkpoints (0: only at the end and on SIGINT/SIGTERM).
-    checkpoint_every: int = 0
-    # A non-finite loss, gradient or weight ends the run as `diverged`; false records the
-    # step and trains on.
-    stop_on_divergence: bool = True
-    # A run directory to continue, with its own config.
-    resume: str | None = None
-    # torch.compile the forward and loss (and so their backward); numbers then differ slightly.
-    compile: bool = False
-    # No progress and no loss lines (warnings, errors and the closing line remain).
-    quiet: bool = False
-    # Debug lines too (flushes, checkpoints).
-    verbose: bool = False
+    lr: float = field(default=1e-6, metadata=meaning("The learning rate."))
+    steps: int = field(default=500, metadata=meaning("Training steps (one batch each)."))
+    seed: int = field(
+        default=42,
+        metadata=meaning(
+            "Seeds the data, the weights and the batch order: the same seed, the same run."
+        ),
+    )
+    device: str = field(
+        default="auto",
+        metadata=meaning("cpu, cuda, cuda:N, mps, or auto (cuda when there is one, else cpu)."),
+    )
+    dtype: Dtype = field(
+        default=Dtype.float32, metadata=meaning("The weights' and the data's floating-point type.")
+    )
+    optimizer: Optimizer = field(default=Optimizer.manual, metadata=meaning("The weight update."))
+    loss: Loss = field(
+        default=Loss.auto,
+        metadata=meaning("The objective."),
+    )
+    eval_every: int = field(
+        default=10,
+        metadata=meaning(
+            "Steps between validation passes, when the data has a validation split (and at "
+            "the last)."
+        ),
+    )
+    threads: int | None = field(
+        default=None, metadata=meaning("torch intra-op threads; null keeps torch's default.")
+    )
+    log_every: int = field(
+        default=1,
+        metadata=meaning(
+            "Steps between the values streamed to TensorBoard (loss, gradient and weight norms)."
+        ),
+    )
+    print_every: int = field(
+        default=100, metadata=meaning("Steps between the article's `step loss` lines on stdout.")
+    )
+    checkpoint_every: int = field(
+        default=0,
+        metadata=meaning("Steps between checkpoints (0: only at the end and on SIGINT/SIGTERM)."),
+    )
+    stop_on_divergence: bool = field(
+        default=True,
+        metadata=meaning(
+            "A non-finite loss, gradient or weight ends the run as `diverged`; false records "
+            "the step and trains on."
+        ),
+    )
+    resume: str | None = field(
+        default=None, metadata=meaning("A run directory to continue, with its own config.")
+    )
+    compile: bool = field(
+        default=False,
+        metadata=meaning(
+            "torch.compile the forward and loss (and so their backward); numbers then differ "
+            "slightly."
+        ),
+    )
+    quiet: bool = field(
+        default=False,
+        metadata=meaning(
+            "No progress and no loss lines (warnings, errors and the closing line remain)."
+        ),
+    )
+    verbose: bool = field(
+        default=False, metadata=meaning("Debug lines too (flushes, checkpoints).")
+    )
+
+    def __post_init__(self) -> None:
+        normalize(self)
 
     def prints_at(self, step: int) -> bool:
         """The article prints `step loss` at steps 99, 199, ...: the last of every print_every."""
@@ -155,26 +276,14 @@ class Config:
 MAX_INT32 = 2**31 - 1
 
 
-def hidden_sizes(hidden: Any) -> list[int]:
-    """`model.hidden` as a list of layer widths."""
-    sizes = list(hidden) if isinstance(hidden, list | tuple) else [hidden]
-    if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) for h in sizes):
-        raise ConfigError(f"model.hidden={hidden!r}: expected an int or a list of ints")
-    return sizes
-
-
-def layer_sizes(config: Config) -> list[int]:
-    """Widths from input to output: d_in, the hidden widths, d_out."""
-    return [config.data.d_in, *hidden_sizes(config.model.hidden), config.data.d_out]
-
-
 def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
         raise ConfigError(f"{key}={value!r}: {allowed}")
 
 
 def validate(config: Config) -> None:
-    """Range checks the schema's types cannot express."""
+    """The config normalized, then the range checks the schema's types cannot express."""
+    normalize(config)
     _require(
         config.activation.target is not None,
         "activation.target",
@@ -195,19 +304,12 @@ def validate(config: Config) -> None:
         0 < data.val_fraction < 1, "data.val_fraction", data.val_fraction, "must be between 0 and 1"
     )
     _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")
-    for width in hidden_sizes(config.model.hidden):
+    for width in config.model.hidden:
         _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")
     _require(math.isfinite(config.lr) and config.lr > 0, "lr", config.lr, "must be finite and > 0")
     _require(config.steps >= 0, "steps", config.steps, "must be >= 0")
     _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")
     _require(config.print_every >= 1, "print_every", config.print_every, "must be >= 1")
-    _require(config.dtype in set(Dtype), "dtype", config.dtype, "expected float32 or float64")
-    _require(
-        config.optimizer in set(Optimizer),
-        "optimizer",
-        config.optimizer,
-        "expected manual, sgd or adam",
-    )
     _require(
         config.checkpoint_every >= 0, "checkpoint_every", config.checkpoint_every, "must be >= 0"
     )
@@ -232,49 +334,21 @@ def config_from_dict(values: dict[str, Any]) -> Config:
 
 
 def key_meanings() -> dict[str, str]:
-    """Every key of the schema, dotted (`data.batch_size`), with the comment above its field in
-    this file, and for a choice its options (the comment above the choice's first option, or
-    their names): what --help prints, from the one copy."""
-    source = Path(__file__).read_text()
-    lines = source.splitlines()
-
-    def comment_above(line_number: int) -> str:
-        found: list[str] = []
-        index = line_number - 2
-        while index >= 0 and lines[index].strip().startswith("#"):
-            found.insert(0, lines[index].strip().removeprefix("#").strip())
-            index -= 1
-        return " ".join(found)
-
-    # class name -> field or option name -> the comment above it
-    comments: dict[str, dict[str, str]] = {}
-    for node in ast.parse(source).body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        comments[node.name] = {}
-        for statement in node.body:
-            if isinstance(statement, ast.AnnAssign):  # a dataclass field
-                name = statement.target
-            elif isinstance(statement, ast.Assign):  # an Enum option
-                name = statement.targets[0]
-            else:
-                continue
-            comments[node.name][name.id] = comment_above(statement.lineno)
-
+    """Every key of the schema, dotted (`data.batch_size`), with its meaning (its field's
+    metadata), and for a choice its options (its Enum's docstring): what --help prints, from
+    the one copy."""
     meanings: dict[str, str] = {}
 
     def walk(schema: type, prefix: str) -> None:
         for schema_field in fields(schema):
-            kind = schema_field.type
-            key = prefix + schema_field.name
+            kind, key = schema_field.type, prefix + schema_field.name
             if is_dataclass(kind):
                 walk(kind, f"{key}.")
                 continue
-            meaning = comments[schema.__name__].get(schema_field.name, "")
+            text = schema_field.metadata.get("help", "")
             if isinstance(kind, type) and issubclass(kind, Enum):
-                first = next(iter(comments[kind.__name__].values()))
-                meaning += " " + (first or f"One of: {', '.join(option.value for option in kind)}.")
-            meanings[key] = meaning.strip()
+                text += " " + " ".join((kind.__doc__ or "").split())
+            meanings[key] = text.strip()
 
     walk(Config, "")
     return meanings

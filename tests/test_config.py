@@ -27,7 +27,7 @@ def test_defaults_are_the_reference_experiment():
     assert (config.data.n, config.data.d_in, config.model.hidden, config.data.d_out) == (
         64,
         1000,
-        100,
+        [100],
         10,
     )
     assert (config.lr, config.steps, config.seed, config.device) == (1e-6, 500, 42, "auto")

@@ -117,7 +117,7 @@ def test_the_output_is_a_line_per_failing_group_and_the_table_is_behind_verbose(
 
 
 def test_myrelu_against_relu_parts_where_an_independent_loop_parts(
-    tmp_path, seed_steps, seed_steps_with_torch_relu
+    tmp_path, seed_steps_on_one_thread
 ):
     code, report = run_check(tmp_path, "activation=myrelu")
     assert code == 0
@@ -126,7 +126,7 @@ def test_myrelu_against_relu_parts_where_an_independent_loop_parts(
     assert statuses(report)["training parity"] == "pass"
     assert statuses(report)["kink at x=0"] == "convention"
     assert "reference 0.0" in finding(report, "kink at x=0")["detail"]
-    custom, builtin = seed_steps[:200], seed_steps_with_torch_relu[:200]
+    custom, builtin = seed_steps_on_one_thread
     parted = next(t for t, (a, b) in enumerate(zip(custom, builtin)) if a["loss"] != b["loss"])
     relative = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(custom, builtin))
     training = report["training"]["float32 reference"]

@@ -15,6 +15,7 @@ from reluexp.config import ConfigError, validate
 from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line, task_config
 from reluexp.lab.pipeline import Options, run_checks
 from reluexp.lab.subject import build_subject
+from reluexp.run.process import job_environment
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         # (no waiting on busy cores); `threads=N` still chooses (README, Check your own Function).
         if config.threads is None:
             config.threads = 1
-        torch.set_num_threads(config.threads)
         activation = config.activation
         subject = build_subject(
             activation.target, activation.reference, activation.surrogate, activation.params
@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
             large=args.large,
             double_backward=args.double_backward,
         )
-        checked = run_checks(subject, config, options)
+        # The threads are the check's: put back when it ends (an in-process caller's stay).
+        with job_environment(torch.device("cpu"), config.threads):
+            checked = run_checks(subject, config, options)
     except (ConfigError, *COMPOSITION_ERRORS) as error:
         print(f"reluexp.check: error: {one_line(error)}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, DataName, Dtype, Init, Optimizer
+from reluexp.config import Config
 
 
 def hparams(
@@ -24,9 +24,9 @@ def hparams(
         # Custom runs are told apart by what they train, not by the option's name.
         "activation.target": config.activation.target,
         "activation.params": json.dumps(config.activation.params, sort_keys=True),
-        "data": DataName(config.data.name).value,
+        "data": config.data.name.value,
         "model.hidden": str(config.model.hidden),
-        "model.init": Init(config.model.init).value,
+        "model.init": config.model.init.value,
         "model.bias": config.model.bias,
         "data.n": examples,
         "data.d_in": d_in,
@@ -35,6 +35,6 @@ def hparams(
         "loss": loss,
         "steps": config.steps,
         "device": str(device),
-        "dtype": Dtype(config.dtype).value,
-        "optimizer": Optimizer(config.optimizer).value,
+        "dtype": config.dtype.value,
+        "optimizer": config.optimizer.value,
     }

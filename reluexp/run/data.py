@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, ConfigError, DataName, hidden_sizes
+from reluexp.config import Config, ConfigError, DataName
 
 # More classes than this is a mistake in the labels, not a dataset (a label of 1e12 would ask
 # for a 400 TB output layer).
@@ -31,9 +31,9 @@ class Dataset:
     def d_out(self) -> int:
         return self.classes if self.classes is not None else self.y.shape[1]
 
-    def layer_sizes(self, hidden: Any) -> list[int]:
+    def layer_sizes(self, hidden: list[int]) -> list[int]:
         """Widths from input to output: the data's input width, the hidden widths, its output."""
-        return [self.x.shape[1], *hidden_sizes(hidden), self.d_out]
+        return [self.x.shape[1], *hidden, self.d_out]
 
     def to(self, device: torch.device, dtype: torch.dtype) -> "Dataset":
         """Moved to the device once; inputs (and regression targets) in the run's dtype."""

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from reluexp.config import Config, ConfigError, DataName, Dtype, hidden_sizes
+from reluexp.config import Config, ConfigError
 
 
 def resolve_device(name: str) -> torch.device:
@@ -64,14 +64,14 @@ def check_memory(
     else:
         n, d_in, d_out = data_sizes
         shown = (
-            f"data={DataName(config.data.name).value} ({n} examples of {d_in} inputs, "
+            f"data={config.data.name.value} ({n} examples of {d_in} inputs, "
             f"{d_out} outputs), model.hidden={config.model.hidden}"
         )
-    sizes = [d_in, *hidden_sizes(config.model.hidden), d_out]
+    sizes = [d_in, *config.model.hidden, d_out]
     weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
-    activations = n * (sum(hidden_sizes(config.model.hidden)) + d_out)
+    activations = n * (sum(config.model.hidden) + d_out)
     elements = n * (d_in + d_out) + 4 * weights
-    needed = (elements + 3 * activations) * getattr(torch, Dtype(config.dtype).value).itemsize
+    needed = (elements + 3 * activations) * getattr(torch, config.dtype.value).itemsize
     available = available_memory(device)
     if available is not None and needed > available:
         raise ConfigError(

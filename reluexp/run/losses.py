@@ -33,7 +33,7 @@ CRITERIA: dict[Loss, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 def loss_kind(config: Config, data: Dataset) -> Loss:
     """`loss`, or with loss=auto what the data's targets say: cross-entropy for class indices,
     the article's summed squared error for values."""
-    kind = Loss(config.loss)
+    kind = config.loss
     if kind == Loss.auto:
         kind = Loss.cross_entropy if data.classes is not None else Loss.squared_error
     if (kind == Loss.cross_entropy) != (data.classes is not None):

@@ -128,7 +128,7 @@ class Outcome:
         if abs(moved) >= STALL_FRACTION:
             return
         consequence = f"{first:.4g} to {last:.4g} ({moved:+.2%}) in {steps_done} steps"
-        optimizer = Optimizer(config.optimizer)
+        optimizer = config.optimizer
         usual = USUAL_LR.get(optimizer)
         step = self.relative_step(config)
         if usual is not None and config.lr < usual[0] / 10:
@@ -149,7 +149,7 @@ class Outcome:
         their norm: lr x total gradient norm / total weight norm (None for adam, whose step
         does not scale with the gradient, or without a finite row)."""
         row = self.last_row
-        if not row or Optimizer(config.optimizer) == Optimizer.adam:
+        if not row or config.optimizer == Optimizer.adam:
             return None
         squares = [v**2 for tag, v in row.items() if tag.startswith(tags.WEIGHT_NORM_PREFIX)]
         weights = math.sqrt(sum(squares))

@@ -15,10 +15,8 @@ import torch
 from reluexp.config import (
     Config,
     ConfigError,
-    Dtype,
     config_dict,
     config_from_dict,
-    hidden_sizes,
     validate,
 )
 from reluexp.functions.targets import Activation, is_own, resolve_activation, surrogate_of
@@ -202,7 +200,7 @@ def _run(
             run_dir,
             summary,
             device=str(device),
-            dtype=Dtype(config.dtype).value,
+            dtype=config.dtype.value,
             threads=torch.get_num_threads(),
             slurm_job_id=slurm_job_id(),
         )
@@ -216,7 +214,7 @@ def _run(
         batch = len(data.x) if config.data.batch_size is None else config.data.batch_size
         sizes = {name: p.numel() for name, p in state.activation_params.items()}
         stream = MetricStream(
-            min(batch, len(data.x)), hidden_sizes(config.model.hidden), len(state.weights), sizes
+            min(batch, len(data.x)), config.model.hidden, len(state.weights), sizes
         )
         training = Training(
             config,

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from reluexp.config import Config, ConfigError, Dtype, Init, config_dict
+from reluexp.config import Config, ConfigError, config_dict
 from reluexp.functions.targets import Activation
 from reluexp.run.checkpoint import save_checkpoint
 from reluexp.run.data import Dataset, load_data
@@ -69,12 +69,12 @@ def build_state(
     device; an activation Module is moved there too, its parameters trained with the weights."""
     data, generator = seeded
     weights = init_weights(
-        data.layer_sizes(config.model.hidden), generator, Init(config.model.init).value
+        data.layer_sizes(config.model.hidden), generator, config.model.init.value
     )
     biases = [torch.zeros(w.shape[1]) for w in weights] if config.model.bias else []
     if checkpoint is not None:
         weights, biases = checkpoint["weights"], checkpoint.get("biases", [])
-    dtype = getattr(torch, Dtype(config.dtype).value)
+    dtype = getattr(torch, config.dtype.value)
     data = data.to(device, dtype)
     weights = [w.to(device, dtype).requires_grad_() for w in weights]
     biases = [b.to(device, dtype).requires_grad_() for b in biases]
