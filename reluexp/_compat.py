@@ -1,6 +1,11 @@
 """Every use reluexp makes of a dependency's non-public names, in one place. Each says what it
-relies on and falls back to the public path when a name is missing or has changed shape;
-tests/test_compat.py fails, naming the torch version, when one has.
+relies on and falls back to the public path (or a copy) when a name is missing or has changed
+shape; tests/test_compat.py fails, naming the dependency's version, when one has.
+
+Hydra's basic sweeper orders a grid sweep's jobs in BasicSweeper.split_arguments
+(hydra/_internal/core_plugins/basic_sweeper.py, a static method of a class Hydra does not
+export): a sweep's report and its finish command list the jobs as Hydra made them through it;
+grid() is a copy for a Hydra where it is gone.
 
 torch.autograd.Function.apply, for a Function with setup_context, binds forward's signature
 with inspect on every call (to fill in default arguments: about 12 us a call, most of
@@ -12,10 +17,12 @@ apply of the Function's base class; inside them, its own path. That needs two in
 """
 
 import importlib
+import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
+from hydra.core.override_parser.types import Override
 
 
 class FunctionInternals(NamedTuple):
@@ -70,3 +77,41 @@ def import_dynamo_outside_vmap() -> None:
     between were not tried, so they import it too."""
     if torch.__version__ < (2, 13):
         importlib.import_module("torch._dynamo")
+
+
+def grid(overrides: list[Override]) -> list[list[str]]:
+    """The jobs of a grid sweep as Hydra 1.3's basic sweeper orders them (a copy of its
+    split_arguments): a key given twice keeps its last value, in its first place; the product
+    runs over the keys in that order."""
+    choices: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*choices.values())]
+
+
+def hydra_split_arguments() -> Callable[[list[Override], Any], list[list[list[str]]]] | None:
+    """Hydra's own BasicSweeper.split_arguments, if it is there and takes what it took."""
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+        split = BasicSweeper.split_arguments
+        split([], None)
+    except (ImportError, AttributeError, TypeError):
+        return None
+    return split
+
+
+HYDRA_SPLIT_ARGUMENTS = hydra_split_arguments()
+
+
+def grid_jobs(overrides: list[Override]) -> list[list[str]]:
+    """A grid sweep's jobs, in order, as Hydra's basic sweeper makes them (its own code where it
+    has it, else grid())."""
+    if HYDRA_SPLIT_ARGUMENTS is None:
+        return grid(overrides)
+    (batch,) = HYDRA_SPLIT_ARGUMENTS(overrides, None)
+    return [list(job) for job in batch]

@@ -1,10 +1,11 @@
-"""`python -m reluexp`: the Hydra app. Compose the typed config, run it in its run dir, and say
-in one line on stderr how it ended.
+"""`python -m reluexp`: the Hydra app. The pre-flight before Hydra makes a directory
+(reluexp/preflight.py), the run in its directory, and how the command ends: one table from where
+a job runs and how it ended to its closing line and exit status.
 
 torch is imported where a run starts, not here: `--help` and a mistyped key answer without it
 (importing torch takes about a second)."""
 
-import contextlib
+import enum
 import logging
 import math
 import os
@@ -12,11 +13,11 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
@@ -27,28 +28,22 @@ from reluexp.config import Config, ConfigError
 from reluexp.hydra_glue import (
     COMPOSITION_ERRORS,
     CONFIG_PATH,
+    hydra_quoted_resume,
     one_line,
     raised_by_hydra,
-    task_config,
     versions_line,
 )
-from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError, record_failure
-from reluexp.run.resumes import (
-    confirmed_paths,
-    hydra_quoted_resume,
-    is_confirmation,
-    requeued,
-)
-from reluexp.run.rundir import RESERVE_BYTES, shown_path
+from reluexp.preflight import Started, start_run, start_sweep
+from reluexp.record.summary import RunSummary, SummaryError, record_failure
+from reluexp.run.rundir import shown_path
 from reluexp.run.signals import (
     STOPPED_AT_START_UP,
     InterruptSignals,
     StopSignals,
+    handlers_kept,
     slurm_job_id,
 )
-from reluexp.sweeps.finish import check_same_sweep
-from reluexp.sweeps.report.discovery import find_jobs, jobs_in
-from reluexp.sweeps.slurm import check_slurm_resources
+from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.terminal import (
     Plan,
     job_line,
@@ -60,48 +55,19 @@ from reluexp.sweeps.terminal import (
 from reluexp.sweeps.workers import (
     exit_when_the_sweep_ends,
     in_worker_processes,
-    stop_workers_on_signals,
+    stop_sweep_on_signals,
     threads_per_job,
 )
 
 log = logging.getLogger("reluexp")
 # A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
 file_log = logging.getLogger("reluexp.logfile")
-# What Hydra writes into a run's directory before the run starts (.hydra/'s three files, the
-# log), with room to spare: about six pages of a file system.
-START_FILES_BYTES = 64 * 1024
 
 
 def exit_with(error: ConfigError) -> None:
     """A user's mistake: one line on stderr and exit 2, no traceback."""
     print(f"reluexp: error: {error}", file=sys.stderr)
     sys.exit(2)
-
-
-def check_writable(key: str, directory: str) -> None:
-    """The directory takes files: a read-only place or a full disk is one line before Hydra
-    writes anything there. The probe is the size of what a run writes before it trains: Hydra's
-    files and the log (a few pages) and the run's disk reserve (run.rundir.DiskReserve)."""
-    path = Path(directory)
-    probe = path / ".reluexp_write_probe"
-    created = False
-    try:
-        created = not path.exists()
-        path.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(bytes(START_FILES_BYTES + RESERVE_BYTES))
-        probe.unlink()
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            probe.unlink(missing_ok=True)
-            if created and path.is_dir() and not any(path.iterdir()):
-                path.rmdir()
-        raise ConfigError(f"{key}={directory}: cannot write there ({error.strerror})") from None
-
-
-def check_job_name(name: str) -> None:
-    """hydra.job.name names the log file: it must be one valid file name."""
-    if not name or "/" in name or "\0" in name or name in (".", "..") or len(name.encode()) > 250:
-        raise ConfigError(f"hydra.job.name={name!r}: must be a valid file name (no '/')")
 
 
 @contextmanager
@@ -122,44 +88,63 @@ def start_up_checks() -> Iterator[None]:
         exit_with(ConfigError(f"{type(error).__name__}: {one_line(error)}"))
 
 
-# A single run's checked start (run.runner.Prepared): made by Lifecycle.on_run_start before
-# Hydra makes the run's directory, taken by the run itself. (Hydra passes nothing from its
-# callbacks to its task.)
-STARTED: list[Any] = []
-# The directory of the sweep this process launches, once Hydra has made it: a Ctrl-C between
-# its jobs still writes its summary (app).
-SWEEPS: list[Path] = []
+class Job:
+    """The task Hydra runs for each job: a run in its directory. Hydra hands it to the
+    callbacks' on_job_start with the job, which is how a single run's start, checked before
+    Hydra made the directory (Lifecycle.on_run_start), reaches it."""
+
+    def __init__(self) -> None:
+        self.started: Started | None = None
+
+    def __call__(self, cfg: DictConfig) -> float:
+        config = OmegaConf.to_object(cfg)
+        hydra_config = HydraConfig.get()
+        if config.threads is None:
+            config.threads = threads_per_job(hydra_config)
+        started, self.started = self.started, None
+        if hydra_config.mode != RunMode.MULTIRUN:
+            with log_level(config):
+                return run_job(config, hydra_config, started)
+        plan = sweep_plan(Path(hydra_config.sweep.dir))
+        with log_level(config), loss_lines_labelled(hydra_config.job.num, plan):
+            return run_job(config, hydra_config, None, plan)
 
 
 class Lifecycle(Callback):
-    """Checks before Hydra creates a single run's or a sweep's directory; the sweep's summary
-    after its jobs."""
+    """The pre-flight before Hydra creates a single run's or a sweep's directory, a job line
+    per finished sweep job, the sweep's summary after its jobs."""
+
+    def __init__(self) -> None:
+        self.started: Started | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from reluexp.run.runner import prepare
-
         with start_up_checks():
-            check_job_name(config.hydra.job.name)
-            if config.resume is not None:
-                check_resume(config)
-            if config.resume is None:  # a resumed run prepares from its own, stored config
-                STARTED.append(prepare(task_config(config)))
-            check_writable("hydra.run.dir", config.hydra.run.dir)
+            self.started = start_run(config)
+        resumed = self.started.resume
+        if resumed is not None and resumed.ended:  # before Hydra writes into its directory
+            summary = resumed.summary
+            print(
+                f"reluexp: {config.resume} already {summary.status} after "
+                f"{summary.steps_done} steps, {final_loss_text(summary)}; nothing to resume",
+                file=sys.stderr,
+            )
+            sys.exit(0)
+
+    def on_job_start(self, config: DictConfig, *, task_function: Any, **kwargs: Any) -> None:
+        if isinstance(task_function, Job):
+            task_function.started = self.started
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with start_up_checks():
-            check_job_name(config.hydra.job.name)
-            if "SlurmLauncher" in str(config.hydra.launcher.get("_target_", "")):
-                check_slurm_resources(config.hydra.launcher)
-            check_same_sweep(config)
-            check_sweep_jobs(config)
-            check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
-        SWEEPS.append(Path(config.hydra.sweep.dir))
+            start_sweep(config)
+        sweep_dir = Path(config.hydra.sweep.dir)
         if not config.quiet:
-            say_sweep_start(config.hydra, SWEEPS[-1])
-        if in_worker_processes(config.hydra):
-            sweep_dir = Path(config.hydra.sweep.dir)
-            stop_workers_on_signals(sweep_dir, lambda: stopped_sweep_end(sweep_dir))
+            say_sweep_start(config.hydra, sweep_dir)
+        # A signal outside the jobs' training (which stops at a step boundary): between jobs,
+        # while Hydra composes them, in a parallel sweep's wait on its workers, or in the
+        # report. The sweep then ends as a stopped job's sweep does.
+        parallel = in_worker_processes(config.hydra)
+        stop_sweep_on_signals(sweep_dir, lambda: stopped_sweep_end(sweep_dir, parallel), parallel)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """In a sweep run in this process or its workers, one line per finished job:
@@ -184,65 +169,14 @@ class Lifecycle(Callback):
             sys.exit(1)
 
 
-def check_sweep_jobs(config: DictConfig) -> None:
-    """Each distinct job of a grid sweep (its overrides but the seed) composed and checked as a
-    single run is at its start: a mistake every such job would make (a param its activation
-    does not take, a data file that is not there) is one line before any job runs, not a failed
-    job directory each. A sweeper that chooses as it goes is checked job by job."""
-    from reluexp.run.runner import prepare
-
-    planned = jobs_in(config.hydra)
-    if not isinstance(planned, list):
-        return
-    loader = GlobalHydra.instance().config_loader()
-    checked: set[tuple[str, ...]] = set()
-    for number, job in enumerate(planned):
-        distinct = tuple(o for o in job if not o.startswith("seed="))
-        if distinct in checked:
-            continue
-        checked.add(distinct)
-        try:
-            prepare(task_config(loader.load_sweep_config(config, job)))
-        except ConfigError as error:
-            raise ConfigError(f"job {number} ({' '.join(job)}): {error}") from None
-
-
-def stopped_sweep_end(sweep_dir: Path) -> None:
-    """A parallel sweep stopped by a signal, its workers gone: each interrupted job's closing
-    line (a worker may be stopped before its own reaches the terminal), then the summary."""
-    for job in find_jobs(sweep_dir):
-        if job.summary.status == "interrupted" and job.run_dir is not None:
-            print(closing_line(job.run_dir, job.summary), file=sys.stderr)
+def stopped_sweep_end(sweep_dir: Path, parallel: bool) -> None:
+    """A sweep stopped by a signal: with workers, each interrupted job's closing line (a worker
+    may be stopped before its own reaches the terminal); then the summary."""
+    if parallel:
+        for job in find_jobs(sweep_dir):
+            if job.summary.status == "interrupted" and job.run_dir is not None:
+                print(closing_line(job.run_dir, job.summary), file=sys.stderr)
     write_sweep_summary(sweep_dir)
-
-
-def check_resume(config: DictConfig) -> None:
-    """The run directory to resume is one, the command changes nothing of its config, and
-    there is something left to train: a run that already ended is said so, and the command
-    ends here, before Hydra writes anything into the directory."""
-    try:
-        summary = RunSummary.read(Path(config.resume))
-    except SummaryError as error:
-        raise ConfigError(f"resume={error}") from None
-    # A resumed run keeps its own config; silently ignoring a changed value would mislead. A
-    # dotted path it imports may be named again, as it stands, to confirm it (runner.resume).
-    stored = OmegaConf.create(summary.config or {})
-    changed = [
-        o
-        for o in config.hydra.overrides.task
-        if not o.startswith(("resume=", "quiet=", "verbose=")) and not is_confirmation(o, stored)
-    ]
-    if changed:
-        raise ConfigError(
-            f"resume={config.resume}: a resumed run keeps its own config; drop {' '.join(changed)}"
-        )
-    if summary.ended:
-        print(
-            f"reluexp: {config.resume} already {summary.status} after {summary.steps_done} "
-            f"steps, {final_loss_text(summary)}; nothing to resume",
-            file=sys.stderr,
-        )
-        sys.exit(0)
 
 
 def say_closing(line: str) -> None:
@@ -279,6 +213,134 @@ def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
     return f"{line} Dashboard: tensorboard --logdir {shown}"
 
 
+class Where(enum.Enum):
+    """Where a job runs: alone, in a sweep in this process (or a submitit process of its own),
+    in a parallel sweep's joblib worker, or as a SLURM job."""
+
+    SINGLE = "single run"
+    SWEEP = "sweep job"
+    WORKER = "joblib worker"
+    SLURM = "SLURM job"
+
+
+def where_it_runs(hydra_config: DictConfig) -> Where:
+    if hydra_config.mode != RunMode.MULTIRUN:
+        return Where.SINGLE
+    if in_worker_processes(hydra_config):
+        return Where.WORKER
+    return Where.SLURM if slurm_job_id() is not None else Where.SWEEP
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What a job's end does: where its closing line goes (the terminal, the run's log only,
+    or neither: a sweep's job line says it), and then: return its result to Hydra, exit with
+    the status, or first the sweep's summary (the jobs after it will not start), or first wait
+    for the sweep (a stopped joblib worker takes no next job: sweeps/workers.py)."""
+
+    closing: str  # "terminal", "log", ""
+    then: str  # "return", "exit", "summary, exit", "wait, exit"
+
+
+# Where a job runs x how it ended -> its Ending. `interrupted` exits 128 + the signal;
+# `failed` 1 (a sweep records it and runs the next job); a user's mistake in a single run is
+# one line and 2 before it (exit_with).
+ENDINGS = {
+    (Where.SINGLE, "ended"): Ending("terminal", "return"),
+    (Where.SINGLE, "interrupted"): Ending("terminal", "exit"),
+    (Where.SINGLE, "failed"): Ending("terminal", "exit"),
+    (Where.SWEEP, "ended"): Ending("", "return"),
+    (Where.SWEEP, "interrupted"): Ending("terminal", "summary, exit"),
+    (Where.SWEEP, "failed"): Ending("", "return"),
+    # Its sweep says its closing line once every worker has stopped (stopped_sweep_end).
+    (Where.WORKER, "ended"): Ending("", "return"),
+    (Where.WORKER, "interrupted"): Ending("log", "wait, exit"),
+    (Where.WORKER, "failed"): Ending("", "return"),
+    # A SLURM job stopped by scancel (SIGTERM) or before a time limit (SIGUSR2) is a result
+    # of its sweep, returned to the launcher, which would otherwise take it for a crash.
+    (Where.SLURM, "ended"): Ending("", "return"),
+    (Where.SLURM, "interrupted"): Ending("terminal", "return"),
+    (Where.SLURM, "failed"): Ending("", "return"),
+}
+EXIT_CODES = {"ended": 0, "failed": 1}
+
+
+def run_job(
+    config: Config, hydra_config: DictConfig, started: Started | None, plan: Plan | None = None
+) -> float:
+    """One run, or a job of the sweep `plan` describes, and its ending (ENDINGS). The stop
+    policy is this entry point's: the first SIGINT or SIGTERM ends the run at a step boundary,
+    checkpointed; a second exits at once, except in a parallel sweep's worker, which gets each
+    stop twice (from the terminal's group and from its sweep)."""
+    from reluexp.run import runner
+    from reluexp.run.resumes import continues, imported_paths
+
+    run_dir = Path(hydra_config.runtime.output_dir)
+    overrides = list(hydra_config.overrides.task)
+    where = where_it_runs(hydra_config)
+    signum, summary = None, None
+    try:
+        with StopSignals(second_exits=where is not Where.WORKER) as stop:
+            if started is not None and started.resume is not None:
+                result = runner.resume(run_dir, stop=stop, plan=started.resume)
+            elif continues(run_dir, multirun=where is not Where.SINGLE):
+                # Its own config's paths: the config that started it, confirmed then.
+                own = [f"{key}={path}" for key, path in imported_paths(config).items()]
+                result = runner.resume(run_dir, stop=stop, confirmed=own)
+            else:
+                result = runner.run(
+                    config,
+                    run_dir,
+                    overrides=overrides,
+                    prepared=started and started.prepared,
+                    stop=stop,
+                    varying=(plan and plan.varying) or frozenset(),
+                )
+        ended, loss = "ended", result.final_loss
+    except runner.Interrupted as interrupted:
+        ended, loss, signum = "interrupted", math.nan, interrupted.signum
+    except Exception as error:
+        if where is Where.SINGLE and isinstance(error, ConfigError):
+            exit_with(error)
+        file_log.error("%s failed", run_dir, exc_info=error)
+        summary = record_failure(run_dir, overrides, error)
+        if where is not Where.SINGLE:
+            log.error("job failed: %s: %s", type(error).__name__, error)
+        ended, loss = "failed", math.nan
+    ending = ENDINGS[where, ended]
+    if ending.closing == "terminal":
+        say_closing(closing_line(run_dir, summary))
+    elif ending.closing == "log":
+        file_log.info(closing_line(run_dir, summary))
+    if signum == signal.SIGUSR2:
+        # SLURM's warning before a time limit or preemption: the run is checkpointed;
+        # submitit's own handler (back in place) requeues the job, which resumes it.
+        signal.raise_signal(signal.SIGUSR2)
+    code = 128 + signum if signum is not None else EXIT_CODES[ended]
+    if ending.then == "summary, exit":
+        write_sweep_summary(Path(hydra_config.sweep.dir))
+    elif ending.then == "wait, exit":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        exit_when_the_sweep_ends(code)
+    if ending.then != "return":
+        sys.exit(code)
+    return loss
+
+
+@contextmanager
+def log_level(config: Config) -> Iterator[None]:
+    """quiet/verbose for this job only: the next job of a sweep starts from the same level."""
+    previous = log.level
+    log.setLevel(
+        logging.DEBUG if config.verbose else logging.WARNING if config.quiet else logging.INFO
+    )
+    try:
+        yield
+    finally:
+        log.setLevel(previous)
+
+
 def main() -> None:
     """The console script and `python -m reluexp`. Ends as the app ends: by returning, or
     with SystemExit carrying the exit status."""
@@ -295,6 +357,7 @@ def app() -> None:
         print(versions_line())
         return
     sys.argv[1:] = [hydra_quoted_resume(arg) for arg in sys.argv[1:]]
+    task = hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")(Job())
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         task()  # the user asked for Hydra's full trace
         return
@@ -302,20 +365,14 @@ def app() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     # A log file on a full disk: its handler's failure is not the user's traceback to read.
     logging.raiseExceptions = False
-    # SIGTERM outside a run's training stops as Ctrl-C does there.
+    # SIGTERM at start-up stops as Ctrl-C does there (a sweep's own stop takes over once it
+    # has started, a run's once it trains).
     interrupts = InterruptSignals()
     try:
-        with interrupts:
+        with handlers_kept(), interrupts:
             task()
     except KeyboardInterrupt:
-        # Stopped outside a job's training (which stops at a step boundary): during start-up,
-        # between a sweep's jobs or in its report. Nothing is lost; say where things stand, as
-        # a job would. A second signal ends the process at once.
-        with interrupts.next_one_kills():
-            if SWEEPS and (SWEEPS[-1] / "multirun.yaml").is_file():
-                write_sweep_summary(SWEEPS[-1])
-            else:
-                print(STOPPED_AT_START_UP, file=sys.stderr)
+        print(STOPPED_AT_START_UP, file=sys.stderr)
         sys.exit(128 + interrupts.signum)
     except COMPOSITION_ERRORS as error:
         print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
@@ -334,100 +391,3 @@ def app() -> None:
         sys.exit(1)
     finally:
         del os.environ["HYDRA_FULL_ERROR"]
-        SWEEPS.clear()
-
-
-@contextmanager
-def log_level(config: Config) -> Iterator[None]:
-    """quiet/verbose for this job only: the next job of a sweep starts from the same level."""
-    previous = log.level
-    log.setLevel(
-        logging.DEBUG if config.verbose else logging.WARNING if config.quiet else logging.INFO
-    )
-    try:
-        yield
-    finally:
-        log.setLevel(previous)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="config")
-def task(cfg: DictConfig) -> float:
-    config = OmegaConf.to_object(cfg)
-    hydra_config = HydraConfig.get()
-    if config.threads is None:
-        config.threads = threads_per_job(hydra_config)
-    if hydra_config.mode != RunMode.MULTIRUN:
-        with log_level(config):
-            return run_job(config, hydra_config)
-    plan = sweep_plan(Path(hydra_config.sweep.dir))
-    with log_level(config), loss_lines_labelled(hydra_config.job.num, plan):
-        return run_job(config, hydra_config, plan)
-
-
-def run_job(config: Config, hydra_config: DictConfig, plan: Plan | None = None) -> float:
-    """One run, or a job of the sweep `plan` describes. Its outcome reaches stderr in one line
-    (a sweep's job lines come from Lifecycle); a failure in a sweep is a result, recorded, and
-    the other jobs run. The stop policy is this entry point's: the first SIGINT or SIGTERM ends
-    the run at a step boundary, checkpointed; a second exits at once, except in a parallel
-    sweep's worker, which gets each stop twice (from the terminal's group and from its sweep)."""
-    from reluexp.run import runner
-
-    run_dir = Path(hydra_config.runtime.output_dir)
-    overrides = list(hydra_config.overrides.task)
-    single = hydra_config.mode != RunMode.MULTIRUN
-    worker = in_worker_processes(hydra_config)
-    # A sweep run again into its own directory (its finish command, checked to be the same
-    # sweep: sweeps.finish): each job continues where it stopped; a finished one is left as
-    # it is.
-    continued = not single and (run_dir / SUMMARY_NAME).is_file()
-    try:
-        with StopSignals(second_exits=not worker) as stop:
-            if config.resume is not None or requeued(run_dir) or continued:
-                result = runner.resume(
-                    run_dir, stop=stop, confirmed=confirmed_paths(config, hydra_config)
-                )
-            else:
-                result = runner.run(
-                    config,
-                    run_dir,
-                    overrides=overrides,
-                    prepared=STARTED.pop() if STARTED else None,
-                    stop=stop,
-                    varying=(plan and plan.varying) or frozenset(),
-                )
-    except runner.Interrupted as interrupted:
-        if worker:  # its sweep says it, once every worker has stopped (stopped_sweep_end)
-            file_log.info(closing_line(run_dir))
-        else:
-            say_closing(closing_line(run_dir))
-        if interrupted.signum == signal.SIGUSR2:
-            # SLURM's warning before a time limit or preemption: the run is checkpointed;
-            # submitit's own handler (back in place) requeues the job, which resumes it.
-            signal.raise_signal(signal.SIGUSR2)
-        if slurm_job_id() is not None and not single:
-            # A SLURM job stopped by scancel (SIGTERM) is a result of its sweep, recorded and
-            # returned to the launcher, which would otherwise take it for a crash.
-            return math.nan
-        if worker:
-            # A worker stopped by its sweep takes no next queued job; the sweep's parent writes
-            # the summary once no job is running (sweeps/workers.py).
-            sys.stdout.flush()
-            sys.stderr.flush()
-            exit_when_the_sweep_ends(128 + interrupted.signum)
-        if not single:
-            # The jobs after this one will not start: the summary lists them so.
-            write_sweep_summary(Path(hydra_config.sweep.dir))
-        sys.exit(128 + interrupted.signum)
-    except Exception as error:
-        if single and isinstance(error, ConfigError):
-            exit_with(error)
-        file_log.error("%s failed", run_dir, exc_info=error)
-        summary = record_failure(run_dir, overrides, error)
-        if single:
-            say_closing(closing_line(run_dir, summary))
-            sys.exit(1)
-        log.error("job failed: %s: %s", type(error).__name__, error)
-        return math.nan
-    if single:
-        say_closing(closing_line(run_dir))
-    return result.final_loss

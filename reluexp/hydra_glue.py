@@ -124,6 +124,14 @@ def compose_config(overrides: list[str]) -> DictConfig:
 COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, yaml.YAMLError, UnicodeDecodeError)
 
 
+def hydra_quoted_resume(arg: str) -> str:
+    """`resume=<dir>` as a user pastes it, quoted for Hydra: job directories hold `=` and `,`."""
+    value = arg.removeprefix("resume=")
+    if not arg.startswith("resume=") or value == "null" or value[:1] in ("'", '"'):
+        return arg
+    return "resume='" + value.replace("'", "\\'") + "'"
+
+
 def raised_by_hydra(error: BaseException) -> bool:
     """The error comes from Hydra's own code (its checks of the command line's flags, such as
     `-m --cfg job`), not from reluexp's or a user's."""

@@ -144,6 +144,7 @@ def fake_sweep(sweep_dir: Path, jobs: dict) -> None:
         job_dir = sweep_dir / f"{number:03d}_{','.join(listed)}"
         (job_dir / ".hydra").mkdir(parents=True)
         (job_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in listed))
+        (job_dir / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  job:\n    num: {number}\n")
         if config is not None:
             runner.run(config, job_dir, overrides=listed)
 

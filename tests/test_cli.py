@@ -363,8 +363,10 @@ def test_an_in_process_caller_keeps_control(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_between_sweep_jobs_writes_the_summary_and_exits_130(tmp_path, monkeypatch, capsys):
-    """33.1: a KeyboardInterrupt after a job ended (in Hydra's code, between jobs): no
-    traceback, the sweep's summary with the jobs not started, its closing line."""
+    """33.1: a Ctrl-C after a job ended (in Hydra's code, between jobs): no traceback, the
+    sweep's summary with the jobs not started, its closing line; the process's handlers are
+    put back for an in-process caller."""
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     monkeypatch.chdir(tmp_path)
     sweep_dir = tmp_path / "sweep"
     monkeypatch.setattr(
@@ -376,12 +378,14 @@ def test_ctrl_c_between_sweep_jobs_writes_the_summary_and_exits_130(tmp_path, mo
 
     def interrupted_after_the_first(*args):
         ended.append(args)
-        raise KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)
+        return "a job line"
 
     monkeypatch.setattr(cli, "job_line", interrupted_after_the_first)
     with pytest.raises(SystemExit) as stopped:
         cli.main()
     assert stopped.value.code == 130 and len(ended) == 1
+    assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
     stderr = capsys.readouterr().err
     assert "Traceback" not in stderr
     assert "reluexp: sweep ended, 3 jobs: completed 1, not started 2." in stderr

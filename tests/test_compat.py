@@ -79,3 +79,25 @@ def test_the_functions_give_the_builtins_numbers_either_way(monkeypatch, interna
         torch.testing.assert_close(batched, y.detach(), rtol=0, atol=0)
     if internals == "missing":
         assert len(bindings) >= len(FAST_APPLY)  # torch's own apply ran
+
+
+def test_hydras_grid_split_is_as_relied_on_and_the_copy_agrees():
+    """reluexp._compat.grid_jobs: Hydra's own BasicSweeper.split_arguments, and the copy used
+    where it is gone, give the same jobs in the same order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if _compat.HYDRA_SPLIT_ARGUMENTS is None:
+        pytest.fail(
+            "hydra's BasicSweeper.split_arguments is missing or has changed; reluexp falls "
+            "back to its copy (_compat.grid): check that the copy still orders jobs as Hydra does"
+        )
+    overrides = OverridesParser.create().parse_overrides(
+        ["seed=0,1,2", "activation=myrelu,relu", "lr=1e-3", "seed=3,4"]
+    )
+    jobs = _compat.grid_jobs(overrides)
+    assert jobs == _compat.grid(overrides)
+    assert jobs[:3] == [
+        ["seed=3", "activation=myrelu", "lr=0.001"],
+        ["seed=3", "activation=relu", "lr=0.001"],
+        ["seed=4", "activation=myrelu", "lr=0.001"],
+    ]

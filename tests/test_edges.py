@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from reluexp.config import Config, ConfigError
+from reluexp.hydra_glue import hydra_quoted_resume
 from reluexp.lab import command as check
 from reluexp.record.events import read_scalars
 from reluexp.run import runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
-from reluexp.run.resumes import hydra_quoted_resume
 from reluexp.run.rundir import hold_run
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import find_jobs

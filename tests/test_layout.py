@@ -61,6 +61,7 @@ def test_the_package_is_made_of_sub_packages_that_name_its_parts():
         "cli.py",
         "config.py",
         "hydra_glue.py",
+        "preflight.py",
         "report.py",
     ]
 

@@ -1,7 +1,6 @@
 """Where a run computes: the device a config names, and whether its tensors fit there."""
 
-from pathlib import Path
-
+import psutil
 import torch
 
 from reluexp.config import Config, ConfigError
@@ -39,13 +38,8 @@ def available_memory(device: torch.device) -> int | None:
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     if device.type == "cpu":
-        try:
-            meminfo = Path("/proc/meminfo").read_text()
-        except OSError:
-            return None
-        for line in meminfo.splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+        # What the system can give without swapping, page cache included (not only free pages).
+        return psutil.virtual_memory().available
     return None
 
 

@@ -1,15 +1,20 @@
-"""Which run a command continues, and what it may import: `resume=DIR` as a user pastes it,
-a requeued SLURM job, a sweep's job run again into its own directory; the dotted paths a
-resume imports beyond reluexp's and torch's only once the user names them again."""
+"""Which run a command continues, decided once: `resume=DIR` as a user pastes it, a requeued
+SLURM job, a sweep's job run again into its own directory. What it may import beyond reluexp's
+and torch's only once the user names it again; a command that would change its config is
+refused."""
 
 import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from reluexp.config import Config, DataName
-from reluexp.record.summary import SUMMARY_NAME
+from reluexp.config import Config, ConfigError, DataName, config_from_dict
+from reluexp.functions.targets import is_own
+from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
+from reluexp.run.checkpoint import load_checkpoint
 
 
 def imported_paths(config: Config) -> dict[str, str]:
@@ -26,39 +31,69 @@ def imported_paths(config: Config) -> dict[str, str]:
 CONFIRMABLE = ("activation.target", "activation.surrogate", "data.loader")
 
 
-def unquoted(override: str) -> str:
-    """`key=value` as Hydra reads the override: `data.loader='my.loader'` is
-    `data.loader=my.loader`."""
-    parsed = OverridesParser.create().parse_override(override)
-    return f"{parsed.get_key_element()}={parsed.value()}"
+@dataclass(frozen=True)
+class ResumePlan:
+    """A run to continue: its directory and summary, and unless it already ended (then there
+    is nothing to resume) its checkpoint and the config it continues with."""
+
+    run_dir: Path
+    summary: RunSummary
+    checkpoint: dict[str, Any] | None = None
+    config: Config | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.checkpoint is None
 
 
-def is_confirmation(override: str, stored: DictConfig) -> bool:
-    """`key=path` for a dotted path the stored config holds as it is (quoted or not)."""
-    key, _, value = unquoted(override).partition("=")
-    return key in CONFIRMABLE and OmegaConf.select(stored, key) == value
+def plan_resume(
+    run_dir: Path, named: Mapping[str, str] = {}, confirmed: Collection[str] = ()
+) -> ResumePlan:
+    """The run in run_dir, to continue with its own config. `named`: the command line's other
+    keys (key -> value, as Hydra reads them): a dotted path the stored config holds as it is
+    confirms it, anything else would change the config and is refused. A dotted path outside
+    reluexp and torch is imported only when named or `confirmed` (`key=path`, a job's own
+    config's); otherwise nothing is imported. Every refusal is a ConfigError in one line."""
+    where = f"resume={run_dir}"
+    try:
+        summary = RunSummary.read(run_dir)
+    except SummaryError as error:
+        raise ConfigError(f"resume={error}") from None
+    stored = OmegaConf.create(summary.config or {})
+    changed = [
+        f"{key}={value}"
+        for key, value in named.items()
+        if key not in CONFIRMABLE or OmegaConf.select(stored, key) != value
+    ]
+    if changed:
+        raise ConfigError(f"{where}: a resumed run keeps its own config; drop {' '.join(changed)}")
+    if summary.config is None:
+        raise ConfigError(f"{where}: the run failed before it started; nothing to resume")
+    if summary.ended:
+        return ResumePlan(run_dir, summary)
+    checkpoint = load_checkpoint(run_dir)
+    if checkpoint["config"] != summary.config:
+        raise ConfigError(f"{where}: checkpoint.pt was written by another config")
+    config = config_from_dict(checkpoint["config"])
+    confirmations = {*confirmed, *(f"{key}={value}" for key, value in named.items())}
+    unconfirmed = [
+        f"{key}={path}"
+        for key, path in imported_paths(config).items()
+        if not is_own(path) and f"{key}={path}" not in confirmations
+    ]
+    if unconfirmed:
+        raise ConfigError(
+            f"{where}: its config names {' '.join(unconfirmed)}, which is not reluexp's or "
+            "torch's; nothing was imported. If you trust it, name it again: "
+            f"python -m reluexp resume={run_dir} {' '.join(unconfirmed)}"
+        )
+    return ResumePlan(run_dir, summary, checkpoint, config)
 
 
-def confirmed_paths(config: Config, hydra_config: DictConfig) -> list[str]:
-    """The dotted paths a resume may import beyond reluexp's and torch's, as `key=path`: those
-    named again on this command line; for a requeued SLURM job or a finished sweep's job, its
-    own config's (the config that started it)."""
-    if config.resume is not None:
-        named = [unquoted(o) for o in hydra_config.overrides.task]
-        return [o for o in named if o.partition("=")[0] in CONFIRMABLE]
-    return [f"{key}={path}" for key, path in imported_paths(config).items()]
-
-
-def hydra_quoted_resume(arg: str) -> str:
-    """`resume=<dir>` as a user pastes it, quoted for Hydra: job directories hold `=` and `,`."""
-    value = arg.removeprefix("resume=")
-    if not arg.startswith("resume=") or value == "null" or value[:1] in ("'", '"'):
-        return arg
-    return "resume='" + value.replace("'", "\\'") + "'"
-
-
-def requeued(run_dir: Path) -> bool:
-    """A SLURM job started again (requeued after a time limit or preemption) continues the run
-    its first start left in the same directory."""
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-    return restarts > 0 and (run_dir / SUMMARY_NAME).is_file()
+def continues(run_dir: Path, multirun: bool) -> bool:
+    """A job started where a run of it already is continues that run: a SLURM job started
+    again (requeued after a time limit or preemption), or a sweep's job run again into its own
+    directory (the sweep's finish command, checked to be the same sweep: sweeps.finish)."""
+    if not (run_dir / SUMMARY_NAME).is_file():
+        return False
+    return multirun or int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0

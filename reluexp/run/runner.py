@@ -14,26 +14,23 @@ import torch
 
 from reluexp.config import (
     Config,
-    ConfigError,
     config_dict,
-    config_from_dict,
     validate,
 )
-from reluexp.functions.targets import Activation, is_own, resolve_activation, surrogate_of
+from reluexp.functions.targets import Activation, resolve_activation, surrogate_of
 from reluexp.record import summary as summaries
 from reluexp.record.events import EventWriter
 from reluexp.record.hparams import hparams
 from reluexp.record.metrics import MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder, Series
-from reluexp.record.summary import RunSummary, SummaryError
-from reluexp.run.checkpoint import load_checkpoint
+from reluexp.record.summary import RunSummary
 from reluexp.run.data import data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
 from reluexp.run.losses import loss_kind
 from reluexp.run.process import job_environment
-from reluexp.run.resumes import imported_paths
+from reluexp.run.resumes import ResumePlan, plan_resume
 from reluexp.run.rundir import DiskReserve, hold_run
 from reluexp.run.signals import StopSignals, slurm_job_id
 from reluexp.run.state import RunState, build_state, check_checkpoint, seeded_data
@@ -128,19 +125,20 @@ def run(
 
 
 def resume(
-    run_dir: Path, *, stop: StopSignals | None = None, confirmed: Collection[str] = ()
+    run_dir: Path,
+    *,
+    stop: StopSignals | None = None,
+    confirmed: Collection[str] = (),
+    plan: ResumePlan | None = None,
 ) -> RunResult | RunSummary:
-    """Continue an interrupted run in its own directory, from its checkpoint, with its config;
-    a run that already ended is its summary, untouched. A dotted path the stored config names
-    outside reluexp and torch is imported only when `confirmed` holds it as `key=path` (the
-    user named it again); otherwise nothing is imported."""
-    try:
-        summary = RunSummary.read(run_dir)
-    except SummaryError as error:
-        raise ConfigError(f"resume={error}") from None
-    if summary.config is None:
-        raise ConfigError(f"resume={run_dir}: the run failed before it started; nothing to resume")
-    if summary.ended:
+    """Continue the run in run_dir in its own directory, from its checkpoint, with its config;
+    a run that already ended is its summary, untouched. A dotted path its config names outside
+    reluexp and torch is imported only when `confirmed` holds it as `key=path`
+    (run.resumes.plan_resume); `plan`: what plan_resume decided already (the entry point's
+    pre-flight)."""
+    plan = plan or plan_resume(run_dir, confirmed=confirmed)
+    summary = plan.summary
+    if plan.ended:
         log.info(
             "%s already %s at step %d; nothing to resume",
             run_dir,
@@ -148,30 +146,16 @@ def resume(
             summary.steps_done,
         )
         return summary
-    checkpoint = load_checkpoint(run_dir)
-    if checkpoint["config"] != summary.config:
-        raise ConfigError(f"resume={run_dir}: checkpoint.pt was written by another config")
     summary.ended_at = summary.signal = summary.error = None
     summary.resumes += 1
-    config = config_from_dict(checkpoint["config"])
-    unconfirmed = [
-        f"{key}={path}"
-        for key, path in imported_paths(config).items()
-        if not is_own(path) and f"{key}={path}" not in confirmed
-    ]
-    if unconfirmed:
-        raise ConfigError(
-            f"resume={run_dir}: its config names {' '.join(unconfirmed)}, which is not "
-            "reluexp's or torch's; nothing was imported. If you trust it, name it again: "
-            f"python -m reluexp resume={run_dir} {' '.join(unconfirmed)}"
-        )
+    config = plan.config
     # The stored config is code in the way any Hydra config is: say what it will import.
     params = f" with params {config.activation.params}" if config.activation.params else ""
     log.info(
         "resuming %s: importing activation.target=%s%s", run_dir, config.activation.target, params
     )
     prepared = prepare(config, run_dir=run_dir, resumed=True)
-    return _run(config, run_dir, summary, checkpoint, prepared, stop)
+    return _run(config, run_dir, summary, plan.checkpoint, prepared, stop)
 
 
 def _run(

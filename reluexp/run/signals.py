@@ -42,6 +42,19 @@ def stop_signals() -> tuple[int, ...]:
     return (*STOPS, signal.SIGUSR2)
 
 
+@contextmanager
+def handlers_kept() -> Iterator[None]:
+    """The stops' handlers as they were when it ends, whatever was set inside (an in-process
+    caller of a sweep gets its own back)."""
+    previous = {signum: signal.getsignal(signum) for signum in STOPS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
 class StopSignals:
     """While active, stop_signals() ask the loop to stop at the next step; a second one exits
     now (every file is written by rename, so exiting at once cannot leave a half-written one),

@@ -1,10 +1,8 @@
-"""A sweep job's directory name, made and read in one place: `<number>_<overrides>`, the number
-zero-padded so that directories sort in job order (in ls and in TensorBoard)."""
+"""A sweep job's directory name, made in one place: `<number>_<overrides>`, the number
+zero-padded so that directories sort in job order (in ls and in TensorBoard). Readers take a
+job's number from what Hydra recorded (.hydra/hydra.yaml), not from its name."""
 
 import hashlib
-import math
-import re
-from pathlib import Path
 
 # The longest file name most file systems take, in bytes (NAME_MAX).
 NAME_MAX = 255
@@ -24,10 +22,3 @@ def job_dir_name(number: int | str, overrides: str) -> str:
     digest = "~" + hashlib.sha256(overrides.encode()).hexdigest()[:8]
     kept = name.encode()[: NAME_MAX - len(digest)].decode(errors="ignore")
     return kept + digest
-
-
-def job_order(run_dir: Path) -> tuple[float, str]:
-    """Where a job directory sorts: by its number (`10_...` after `9_...`), then its name; a
-    directory without one sorts last."""
-    number = re.match(r"\d+", run_dir.name)
-    return (int(number.group()) if number else math.inf, run_dir.name)

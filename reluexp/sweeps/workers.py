@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 from omegaconf import DictConfig
 
 from reluexp.record.summary import RunSummary, SummaryError
@@ -57,7 +58,6 @@ def stop_workers(sweep_dir: Path, signum: int, timeout: float = STOP_TIMEOUT_S) 
     `running` (each recorded `interrupted` at a step boundary); kill the workers then, and any
     that has not recorded its job by the timeout. loky's resource tracker is left alone: it ends
     by itself once the workers are gone (signalled, it prints a traceback)."""
-    import psutil  # the `sweeps` extra's, as joblib is
 
     def is_worker(child: psutil.Process) -> bool:
         try:
@@ -80,18 +80,25 @@ def stop_workers(sweep_dir: Path, signum: int, timeout: float = STOP_TIMEOUT_S) 
     psutil.wait_procs(workers, timeout=timeout)
 
 
-def stop_workers_on_signals(sweep_dir: Path, end_sweep: Callable[[], object]) -> None:
-    """SIGINT/SIGTERM to a parallel sweep reach its workers: each job stops at a step boundary
-    (checkpoint, `interrupted`); then `end_sweep` says so (the jobs' closing lines, the
-    summary) and the sweep exits."""
+def stop_sweep_on_signals(sweep_dir: Path, end_sweep: Callable[[], object], parallel: bool) -> None:
+    """SIGINT/SIGTERM to a sweep's own process, outside a job's training (which stops at a step
+    boundary): the sweep ends there, `end_sweep` says so (the summary) and the process exits
+    with 128 + the signal. A parallel sweep first passes the signal on to its workers, each
+    job stopping at a step boundary (checkpoint, `interrupted`), and ignores the stop's other
+    copies (a terminal's Ctrl-C reaches it and its workers alike); otherwise a second signal,
+    while the summary is written, ends the process at once."""
 
     def stop(signum: int, frame: Any) -> None:
-        signal.signal(signum, signal.SIG_IGN)  # one stop at a time
-        stop_workers(sweep_dir, signum)
+        if parallel:
+            signal.signal(signum, signal.SIG_IGN)  # one stop at a time
+            stop_workers(sweep_dir, signum)
+        else:
+            for stop_signum in STOPS:
+                set_handler(stop_signum, signal.SIG_DFL)
         end_sweep()
-        # Raised in the launcher's wait: joblib unwinds, releasing its executor's semaphores and
-        # memmapping folders (an os._exit here left them to loky's resource tracker, which
-        # warned of them after the closing line).
+        # Raised where the launcher waits: Hydra and joblib unwind, joblib releasing its
+        # executor's semaphores and memmapping folders (an os._exit here left them to loky's
+        # resource tracker, which warned of them after the closing line).
         raise SystemExit(128 + signum)
 
     for signum in STOPS:

@@ -2,18 +2,19 @@
 each read from its directory (its summary.json) or `not started`; what cannot be read is
 `unreadable`, with the reason."""
 
-import itertools
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig, OmegaConf
 
+from reluexp._compat import grid_jobs
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
 from reluexp.run.rundir import CHECKPOINT_NAME
-from reluexp.sweeps.names import job_order
+
+# libyaml's loader where PyYAML has it: a sweep's report reads every job's hydra.yaml.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 STATUSES = ("completed", "diverged", "interrupted", "failed", "running", "not started")
 UNREADABLE = "unreadable"
@@ -76,7 +77,7 @@ def jobs_in(hydra_config: DictConfig) -> list[list[str]] | int:
     # The preset's params, then the command line: BasicSweeper's own order and merge.
     params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
     task = list(hydra_config.overrides.task)
-    return grid(OverridesParser.create().parse_overrides(params + task))
+    return grid_jobs(OverridesParser.create().parse_overrides(params + task))
 
 
 def planned_jobs(sweep_dir: Path) -> list[list[str]] | int | None:
@@ -101,26 +102,29 @@ def plan_problem(sweep_dir: Path) -> str | None:
     return "multirun.yaml does not say the sweep's jobs"
 
 
-def grid(overrides: list[Override]) -> list[list[str]]:
-    """The jobs of a grid sweep, as Hydra's basic sweeper orders them: a key given twice keeps
-    its last value, in its first place; the product runs over the keys in that order."""
-    choices: dict[str, list[str]] = {}
-    for override in overrides:
-        key = override.get_key_element()
-        if override.is_sweep_override():
-            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
-        else:
-            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
-    return [list(job) for job in itertools.product(*choices.values())]
+def job_number(run_dir: Path) -> int | None:
+    """A job directory's number in its sweep, as Hydra recorded it (.hydra/hydra.yaml's
+    hydra.job.num); None where it cannot be read."""
+    try:
+        recorded = yaml.load((run_dir / ".hydra" / "hydra.yaml").read_text(), Loader=YAML_LOADER)
+        number = recorded["hydra"]["job"]["num"]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return number if isinstance(number, int) and not isinstance(number, bool) else None
 
 
 def find_jobs(sweep_dir: Path) -> list[Job]:
     """Every job of the sweep in job order: its directory's state, or `not started`. A job's
-    directory is found by its number (`003_...` is the fourth job), whatever it holds."""
-    dirs = sorted((p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()), key=job_order)
-    found = [(job_order(run_dir)[0], read_job(run_dir)) for run_dir in dirs]
-    by_number = {number: job for number, job in found if number != math.inf}
-    unnumbered = [job for number, job in found if number == math.inf]
+    directory is found by the number Hydra recorded for it, whatever else it holds; one whose
+    number cannot be read is listed after the others."""
+    dirs = [p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()]
+    numbered = sorted(
+        ((job_number(run_dir), run_dir) for run_dir in dirs),
+        key=lambda pair: (pair[0] is None, pair[0] or 0, pair[1].name),
+    )
+    found = [(number, read_job(run_dir)) for number, run_dir in numbered]
+    by_number = {number: job for number, job in found if number is not None}
+    unnumbered = [job for number, job in found if number is None]
     planned = planned_jobs(sweep_dir)
     if planned is None:
         return labelled([job for _, job in found])
