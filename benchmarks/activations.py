@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp.functions.targets import resolve_activation
-from reluexp.run.model import forward, init_weights
+from reluexp.run.model import init_weights
 from reluexp.run.process import KEEP_FREED_MEMORY, set_malloc
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "activation"
@@ -76,7 +76,9 @@ def shipped() -> dict[str, object]:
     for path in sorted(CONF.glob("*.yaml")):
         entry = OmegaConf.load(path)
         if entry.target is not None:
-            activations[entry.name] = resolve_activation(entry.target, entry.get("params") or {})
+            # The Module a model places (an ActivationLayer, or the target's own Module).
+            make = resolve_activation(entry.target, entry.get("params") or {})
+            activations[entry.name] = make()
     return activations
 
 
@@ -92,7 +94,7 @@ def step_time(activation, size, steps: int) -> float:
     x, y, weights = setup(size)
     start = time.perf_counter()
     for _ in range(steps):
-        y_pred, _ = forward(x, weights, activation)
+        y_pred = activation(x.mm(weights[0])).mm(weights[1])
         loss = (y_pred - y).pow(2).sum()
         loss.backward()
         with torch.no_grad():
@@ -112,7 +114,7 @@ def saved_bytes(activation, size) -> int:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        y_pred, _ = forward(x, weights, activation)
+        y_pred = activation(x.mm(weights[0])).mm(weights[1])
         (y_pred - y).pow(2).sum()
     return sum(storages.values())
 

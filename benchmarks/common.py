@@ -5,6 +5,8 @@ import platform
 import re
 import statistics
 import subprocess
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,3 +82,21 @@ def write_section(name: str, body: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + section + "\n"
     RESULTS.write_text(text)
+
+
+def process(*command: str) -> float:
+    """A command's wall time as a whole process, run in an empty directory of its own."""
+    with tempfile.TemporaryDirectory() as cwd:
+        start = time.perf_counter()
+        subprocess.run(command, cwd=cwd, check=True, capture_output=True)
+        return time.perf_counter() - start
+
+
+def paired_ratio(samples: list[float], baseline: list[float]) -> str:
+    """The median and quartiles of each round's ratio to the baseline measured in the same
+    round: the machine's slow drifts (another job, the clock) cancel within a round, where a
+    ratio of medians mixes rounds and, on a noisy machine, can be off by more than the stream
+    costs."""
+    ratios = [sample / base for sample, base in zip(samples, baseline)]
+    low, median, high = statistics.quantiles(ratios, n=4)
+    return f"{median:.3f} ({low:.3f}–{high:.3f})"

@@ -1,73 +1,39 @@
-"""A digits run's step against a plain PyTorch loop doing the same: the same data, split and
-batches, model, loss, update and validation passes; reluexp adds its stream of metrics (every
-10 steps, as the digits preset has it, and every step).
+"""The digits study in its own networks, the MLP and the CNN (model=cnn), against the same
+training written by hand (benchmarks/digits_bare.py): the same data, batch size, loss, update
+and validation passes; reluexp adds its stream of metrics (every 10 steps, as the digits preset
+has it, or every step), its checkpoints and its records.
 
-    python -m benchmarks.digits [--repetitions 9] [--steps 600]
+    python -m benchmarks.digits [--repetitions 9] [--steps 600] [--processes 7]
+
+In-process: seconds per step of each loop, alternating, as paired ratios (each round's time over
+the bare loop's of the same network in the same round). Whole process: `python -m reluexp
+model=cnn data=digits activation=relu device=cpu steps=S` against `python
+benchmarks/digits_bare.py cnn S`, alternating.
 """
 
 import argparse
 import json
 import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
 
-import torch
-
-from benchmarks.common import alternate, machine, summarize, write_section
+from benchmarks.common import alternate, machine, paired_ratio, process, summarize, write_section
+from benchmarks.digits_bare import train
 from reluexp.hydra_glue import compose_config, task_config
 from reluexp.run import runner
-from reluexp.run.batches import Batches
-from reluexp.run.data import read_data
-from reluexp.run.process import keep_freed_memory
-from reluexp.run.state import seeded_data
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 OVERRIDES = ["data=digits", "activation=relu", "device=cpu"]
 
 
-def config(steps: int, log_every: int | None = None):
-    """The digits preset (its log_every: 10), or every log_every-th step streamed."""
-    chosen = task_config(compose_config([*OVERRIDES, f"steps={steps}"]))
-    chosen.quiet = True
-    chosen.log_every = log_every or chosen.log_every
-    return chosen
-
-
-def plain_loop(steps: int) -> float:
-    """The same training by hand: seconds per step."""
-    chosen = config(steps)
-    data, generator = seeded_data(chosen, read_data(chosen))
-    sizes = data.layer_sizes(chosen.model.hidden)
-    weights = [
-        (torch.randn(a, b, generator=generator) * (2 / a) ** 0.5).requires_grad_()
-        for a, b in zip(sizes, sizes[1:])
-    ]
-    batches = Batches(data, chosen.data.batch_size, chosen.seed)
-
-    def logits_of(x):
-        return torch.relu(x.mm(weights[0])).mm(weights[1])
-
-    with keep_freed_memory():
-        start = time.perf_counter()
-        for step in range(steps):
-            x, y = batches.at(step)
-            loss = torch.nn.functional.cross_entropy(logits_of(x), y)
-            loss.backward()
-            with torch.no_grad():
-                if step % chosen.eval_every == 0 or step == steps - 1:
-                    val = logits_of(data.x_val)
-                    torch.nn.functional.cross_entropy(val, data.y_val)
-                    (val.argmax(1) == data.y_val).double().mean()
-                for w in weights:
-                    w -= w.grad.mul_(chosen.lr)
-                    w.grad = None
-        return (time.perf_counter() - start) / steps
-
-
-def reluexp_run(steps: int, log_every: int | None = None) -> float:
+def reluexp_loop(model: str, steps: int, log_every: int | None = None) -> float:
     """runner.run's loop per step (summary.json's wall time: the loop and its flushes)."""
+    config = task_config(compose_config([*OVERRIDES, f"model={model}", f"steps={steps}"]))
+    config.quiet = True
+    config.log_every = log_every or config.log_every
     with tempfile.TemporaryDirectory() as run_dir:
-        runner.run(config(steps, log_every), Path(run_dir))
+        runner.run(config, Path(run_dir))
         return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
 
 
@@ -75,36 +41,74 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=9)
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--processes", type=int, default=7)
     args = parser.parse_args()
-    samples = alternate(
-        {
-            "plain PyTorch loop": lambda: plain_loop(args.steps),
-            "reluexp, data=digits (metrics every 10 steps, the preset's)": lambda: reluexp_run(
-                args.steps
+    candidates = {}
+    for model in ("mlp", "cnn"):
+        candidates |= {
+            f"{model}: bare loop": lambda model=model: train(model, args.steps),
+            f"{model}: reluexp, metrics every 10 steps (the preset's)": (
+                lambda model=model: reluexp_loop(model, args.steps)
             ),
-            "reluexp, data=digits, every step streamed (log_every=1)": lambda: reluexp_run(
-                args.steps, 1
+            f"{model}: reluexp, every step streamed": (
+                lambda model=model: reluexp_loop(model, args.steps, 1)
             ),
-        },
-        args.repetitions,
+        }
+    per_step = alternate(candidates, args.repetitions)
+    bare_script = str(REPO_ROOT / "benchmarks" / "digits_bare.py")
+    commands = {
+        f"`python benchmarks/digits_bare.py cnn {args.steps}`": [
+            sys.executable,
+            bare_script,
+            "cnn",
+            str(args.steps),
+        ],
+        f"`python -m reluexp model=cnn {' '.join(OVERRIDES)} steps={args.steps}`": [
+            sys.executable,
+            "-m",
+            "reluexp",
+            "model=cnn",
+            *OVERRIDES,
+            f"steps={args.steps}",
+        ],
+    }
+    whole = alternate(
+        {name: lambda command=command: process(*command) for name, command in commands.items()},
+        args.processes,
     )
-    base = statistics.median(samples["plain PyTorch loop"])
     lines = [
-        "## Real data: a digits step against a plain loop",
+        "## Your own model: the digits study's MLP and CNN against loops written by hand",
         "",
         f"`python -m benchmarks.digits`: {machine()}. `{' '.join(OVERRIDES)}`: batches of 128 "
-        f"of the 1,437 training images, a 64-100-10 MLP, cross-entropy, the manual update, a "
-        f"validation pass every 10 steps; medians (min–max) over {args.repetitions} "
-        f"alternating repetitions of {args.steps} steps.",
+        "of the 1,437 training images, cross-entropy, the manual update at lr 0.1, a validation "
+        "pass every 10 steps; the MLP 64-100-10 (model=mlp), the CNN of 3x3 convolutions of 16 "
+        f"and 32 channels and a linear layer (model=cnn). Medians (min–max) over "
+        f"{args.repetitions} alternating repetitions of {args.steps} steps; a paired ratio is a "
+        "round's time over the bare loop's of the same network in the same round.",
         "",
-        "| loop | µs per step | ratio to the plain loop |",
+        "| loop | µs per step | paired ratio to the bare loop, median (quartiles) |",
         "| --- | --- | --- |",
     ]
-    for name, values in samples.items():
-        ratio = statistics.median(values) / base
-        lines.append(f"| {name} | {summarize(values, 1e6)} | {ratio:.3f} |")
+    for name, samples in per_step.items():
+        bare = per_step[f"{name.split(':')[0]}: bare loop"]
+        lines.append(f"| {name} | {summarize(samples, 1e6)} | {paired_ratio(samples, bare)} |")
+    bare_name, reluexp_name = commands
+    lines += [
+        "",
+        f"Whole processes, {args.processes} alternating pairs:",
+        "",
+        "| process | seconds | paired ratio to the bare script, median (quartiles) |",
+        "| --- | --- | --- |",
+        f"| {bare_name} | {summarize(whole[bare_name])} | 1 |",
+        f"| {reluexp_name} | {summarize(whole[reluexp_name])} | "
+        f"{paired_ratio(whole[reluexp_name], whole[bare_name])} |",
+    ]
     write_section("digits", "\n".join(lines))
     print("\n".join(lines))
+    print(
+        f"(the medians: {statistics.median(whole[reluexp_name]):.2f} s against "
+        f"{statistics.median(whole[bare_name]):.2f} s)"
+    )
 
 
 if __name__ == "__main__":

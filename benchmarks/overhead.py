@@ -25,7 +25,7 @@ from unittest import mock
 
 import torch
 
-from benchmarks.common import alternate, machine, summarize, write_section
+from benchmarks.common import alternate, machine, paired_ratio, process, summarize, write_section
 from reluexp.config import Config
 from reluexp.functions.activations import MyReLU
 from reluexp.record import metrics
@@ -116,29 +116,12 @@ def loop_in_a_process(python: str, steps: int) -> float:
         return float(done.stdout.split()[-1])
 
 
-def process(*command: str) -> float:
-    with tempfile.TemporaryDirectory() as cwd:
-        start = time.perf_counter()
-        subprocess.run(command, cwd=cwd, check=True, capture_output=True)
-        return time.perf_counter() - start
-
-
 def processes(commands: dict[str, list[str]], repetitions: int) -> dict[str, list[float]]:
     """Each command's wall time as a whole process, the commands alternating."""
     return alternate(
         {name: lambda command=command: process(*command) for name, command in commands.items()},
         repetitions,
     )
-
-
-def paired_ratio(samples: list[float], baseline: list[float]) -> str:
-    """The median and quartiles of each round's ratio to the baseline measured in the same
-    round: the machine's slow drifts (another job, the clock) cancel within a round, where a
-    ratio of medians mixes rounds and, on a noisy machine, can be off by more than the stream
-    costs."""
-    ratios = [sample / base for sample, base in zip(samples, baseline)]
-    low, median, high = statistics.quantiles(ratios, n=4)
-    return f"{median:.3f} ({low:.3f}–{high:.3f})"
 
 
 def main() -> None:

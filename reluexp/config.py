@@ -174,18 +174,56 @@ class Init(str, Enum):
     scaled = "scaled"
 
 
+class ModelName(str, Enum):
+    """mlp: the article's network of plain weight matrices (model.hidden: its hidden layers'
+    widths); cnn: a small conv net for images such as the bundled digits (model.hidden: its
+    3x3 convolutions' channels); custom: your own (model.target, a factory of an nn.Module)."""
+
+    mlp = "mlp"
+    cnn = "cnn"
+    custom = "custom"
+
+
 @dataclass
 class ModelConfig:
+    name: ModelName = field(
+        default=ModelName.mlp, metadata=meaning("The network (the model= group sets it).")
+    )
     # Any for OmegaConf, which takes no union of a number and a list: a list once normalized.
     hidden: Any = field(
         default_factory=lambda: [100],
-        metadata=meaning("The hidden layers' widths: a list of ints (an int: one layer)."),
+        metadata=meaning(
+            "The hidden layers' widths, a list of ints (an int: one layer): the mlp's units, "
+            "the cnn's channels."
+        ),
     )
-    init: Init = field(default=Init.randn, metadata=meaning("How the weights start."))
+    init: Init = field(
+        default=Init.randn,
+        metadata=meaning(
+            "How the mlp's weights start (the cnn and a custom model start as their Modules "
+            "initialize them, from the seed)."
+        ),
+    )
     bias: bool = field(
         default=False,
         metadata=meaning(
-            "A bias per layer (zeros at the start), trained with the weights; the article has none."
+            "The mlp: a bias per layer (zeros at the start), trained with the weights; the "
+            "article has none."
+        ),
+    )
+    target: str | None = field(
+        default=None,
+        metadata=meaning(
+            "model=custom: the dotted path of your factory, called with the keywords it names "
+            "of `activation` (a callable that makes a fresh activation Module: call it where "
+            "the activation goes), `d_in`, `d_out` and `input_shape`, returning an nn.Module."
+        ),
+    )
+    replace: str | None = field(
+        default=None,
+        metadata=meaning(
+            "The dotted path of a Module class (torch.nn.ReLU): every instance of it in the "
+            "model becomes the configured activation, each its own."
         ),
     )
 
@@ -306,6 +344,13 @@ def validate(config: Config) -> None:
     _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")
     for width in config.model.hidden:
         _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")
+    if config.model.name == ModelName.custom:
+        _require(
+            config.model.target is not None,
+            "model.target",
+            None,
+            "required with model=custom: the dotted path of a function returning an nn.Module",
+        )
     _require(math.isfinite(config.lr) and config.lr > 0, "lr", config.lr, "must be finite and > 0")
     _require(config.steps >= 0, "steps", config.steps, "must be >= 0")
     _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")

@@ -89,6 +89,22 @@ class RaisesAtStep50(SeedRelu):
         return SeedRelu.backward(ctx, grad_output)
 
 
+# A Function whose backward raises at once, as a module a user keeps beside their command
+# (its forward is fine: start-up's probes pass, step 0's backward fails).
+RAISING_FUNCTION = """import torch
+
+
+class Raises(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        raise RuntimeError("planted failure in the backward")
+"""
+
+
 class NanGradientRelu(SeedRelu):
     """The seed's ReLU whose backward returns NaN: the loss stays finite, every gradient is
     NaN."""

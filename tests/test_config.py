@@ -41,9 +41,9 @@ def test_defaults_are_the_reference_experiment():
 def test_every_activation_composes_and_resolves(name):
     config = compose_config(f"activation={name}")
     assert config.activation.name == name
-    assert callable(resolve_activation(config.activation.target))
+    assert isinstance(resolve_activation(config.activation.target)(), torch.nn.Module)
     if config.activation.reference is not None:
-        assert callable(resolve_activation(config.activation.reference))
+        assert isinstance(resolve_activation(config.activation.reference)(), torch.nn.Module)
 
 
 def test_custom_activation_needs_a_target():
@@ -58,8 +58,8 @@ def test_custom_activation_needs_a_target():
 
 def test_activation_params_reach_the_callable():
     config = compose_config("activation=leaky_relu", "activation.params.negative_slope=0.5")
-    fn = resolve_activation(config.activation.target, config.activation.params)
-    assert fn(torch.tensor([-2.0])).item() == -1.0
+    layer = resolve_activation(config.activation.target, config.activation.params)()
+    assert layer(torch.tensor([-2.0])).item() == -1.0
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -158,7 +158,10 @@ def test_every_key_has_a_meaning_for_help():
     assert list(meanings) == keys(config_dict(Config()))
     assert all(meanings.values()), [key for key, meaning in meanings.items() if not meaning]
     assert meanings["dtype"].endswith("One of: float32, float64.")
-    assert meanings["model.init"].startswith("How the weights start. randn: the seed's")
+    assert meanings["model.init"].startswith("How the mlp's weights start (the cnn and")
+    assert meanings["model.init"].endswith(
+        "randn: the seed's torch.randn weights; scaled: randn times sqrt(2 / fan_in)."
+    )
 
 
 def test_help_has_the_deeper_example():

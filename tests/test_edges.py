@@ -30,6 +30,7 @@ from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.report.outputs import write_report
 from tests.helpers import (
+    RAISING_FUNCTION,
     REPO_ROOT,
     SMALL,
     STEPS,
@@ -139,10 +140,11 @@ def next_run_dir(cwd: Path) -> Path:
     [
         (["steps=200"], 0, "completed"),
         (["steps=200", "lr=10"], 0, "diverged"),
-        (["steps=20", "activation.target=torch.Tensor.nonzero"], 1, "failed"),
+        (["steps=20", "activation.target=planted.Raises"], 1, "failed"),
     ],
 )
 def test_every_exit_ends_with_one_closing_line_on_stderr(tmp_path, args, code, status):
+    (tmp_path / "planted.py").write_text(RAISING_FUNCTION)
     result = run_cli(
         *args, f"hydra.run.dir={tmp_path / 'run'}", *SMALL[:-1], cwd=tmp_path, check=False
     )
@@ -152,7 +154,7 @@ def test_every_exit_ends_with_one_closing_line_on_stderr(tmp_path, args, code, s
     closing = result.stderr.strip().splitlines()[-1]
     assert closing.startswith(f"reluexp: {status} after") and "Run dir: " in closing
     if status == "failed":
-        assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in closing
+        assert "RuntimeError: planted failure in the backward" in closing
         # The whole traceback is kept, in the run's log.
         assert "Traceback" in (tmp_path / "run" / "reluexp.log").read_text()
         assert summary(tmp_path / "run")["status"] == "failed"
@@ -177,7 +179,7 @@ def test_a_dead_network_gets_warnings_and_a_healthy_one_none(tmp_path):
     warnings = summary(tmp_path / "dead")["warnings"]
     assert [w.split(" from step")[0] for w in warnings] == [
         "gradients vanished",
-        "hidden layer 2 dead",
+        "activation act2 dead",
     ]
     assert summary(tmp_path / "dead")["status"] == "completed"
     runner.run(Config(device="cpu", steps=5), tmp_path / "alive")

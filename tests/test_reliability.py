@@ -13,12 +13,12 @@ import torch
 
 from reluexp.config import Config, ConfigError, config_from_dict
 from reluexp.record.metrics import squared_norm
-from reluexp.run import losses as objectives
-from reluexp.run import runner
+from reluexp.run import loop, runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
 from tests.helpers import (
     SMALL,
     STEPS,
+    RaisesAtStep50,
     interrupted_run,
     plugin_scalars,
     run_cli,
@@ -181,9 +181,10 @@ def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
     final_loss = runner.run(config, reference_dir).final_loss
     assert scalars(run_dir)["loss/train"] == scalars(reference_dir)["loss/train"]
     assert resumed["final_loss"] == final_loss
-    weights = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["weights"]
-    reference = torch.load(reference_dir / CHECKPOINT_NAME, weights_only=True)["weights"]
-    assert all(torch.equal(a, b) for a, b in zip(weights, reference))
+    weights = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["model"]
+    reference = torch.load(reference_dir / CHECKPOINT_NAME, weights_only=True)["model"]
+    assert weights.keys() == reference.keys()
+    assert all(torch.equal(weights[name], reference[name]) for name in weights)
 
 
 @pytest.mark.slow
@@ -306,13 +307,28 @@ def test_diverged_run_exits_zero(tmp_path):
     )
 
 
-def test_a_raising_activation_is_recorded_as_failed(tmp_path):
+def test_an_activation_that_breaks_the_model_is_one_line_at_start_up(tmp_path):
+    """41: the model's probe forward at start-up meets it, before any directory is made."""
     config = small_config(steps=10)
     config.activation.target = "torch.Tensor.nonzero"  # wrong shape: the second matmul raises
+    with pytest.raises(ConfigError) as refused:
+        runner.run(config, tmp_path / "run")
+    assert str(refused.value).startswith(
+        "activation.target=torch.Tensor.nonzero in model=mlp: the forward of the data's first "
+        "inputs raised RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_raising_activation_is_recorded_as_failed(tmp_path, monkeypatch):
+    monkeypatch.setattr(RaisesAtStep50, "calls", 0)
+    config = small_config(steps=60)
+    config.activation.target = "tests.helpers.RaisesAtStep50"
     with pytest.raises(RuntimeError):
         runner.run(config, tmp_path)
     result = summary(tmp_path)
     assert result["status"] == "failed" and result["error"].startswith("RuntimeError:")
+    assert result["steps_done"] == 50
 
 
 class Payload:
@@ -352,7 +368,12 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
             10**9,
             "'s steps_with_exact_zeros is 1000000000",
         ),
-        (["weights"], [torch.zeros(3, 3)], "'s weights have the shapes [(3, 3)]; the config's"),
+        (
+            ["model", "w1"],
+            torch.zeros(3, 3),
+            "'s model has w1 of shape (3, 3); the config's model has (50, 20)",
+        ),
+        (["model"], [torch.zeros(3, 3)], "'s model is not a model's state (a dict of tensors)"),
         (["rng_cpu"], torch.zeros(3), "'s rng_cpu is not a torch RNG state"),
         (["format"], 1, " was written by another version of reluexp (format 1, this one reads"),
     ],
@@ -401,12 +422,12 @@ def test_resuming_a_completed_run_does_nothing(tmp_path):
 def test_summary_is_written_before_the_first_step(tmp_path, monkeypatch):
     seen = {}
 
-    def forward_spy(*args):
+    def objective_spy(*args):
         seen.setdefault("status", summary(tmp_path)["status"])
         return original(*args)
 
-    original = objectives.forward
-    monkeypatch.setattr(objectives, "forward", forward_spy)
+    original = loop.objective
+    monkeypatch.setattr(loop, "objective", objective_spy)
     runner.run(small_config(steps=2), tmp_path)
     assert seen["status"] == "running"
 

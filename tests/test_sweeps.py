@@ -30,7 +30,7 @@ from reluexp.sweeps.report.outputs import (
 )
 from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
 from reluexp.sweeps.terminal import closing_line
-from tests.helpers import SMALL, fake_sweep, run_cli, small_config
+from tests.helpers import RAISING_FUNCTION, SMALL, fake_sweep, run_cli, small_config
 
 pytestmark = pytest.mark.slow
 
@@ -124,11 +124,12 @@ def test_summary_numbers_come_from_the_jobs(basic_sweep):
 
 
 def test_failures_are_results_and_the_sweep_exits_nonzero(tmp_path):
-    # One job trains, one diverges (lr=10), two raise (nonzero() breaks the second matmul).
+    # One job trains, one diverges (lr=10), two raise (a backward that raises at step 0).
+    (tmp_path / "planted.py").write_text(RAISING_FUNCTION)
     sweep_dir, result = sweep(
         tmp_path,
         "activation=custom",
-        "activation.target=reluexp.functions.MyReLU,torch.Tensor.nonzero",
+        "activation.target=reluexp.functions.MyReLU,planted.Raises",
         "lr=1e-6,10",
         "steps=100",
         "device=cpu",
@@ -152,10 +153,10 @@ def test_failures_are_results_and_the_sweep_exits_nonzero(tmp_path):
     statuses = {job: s["status"] for job, s in job_summaries(sweep_dir).items()}
     assert sorted(statuses.values()) == ["completed", "diverged", "failed", "failed"]
     failed = [s for s in job_summaries(sweep_dir).values() if s["status"] == "failed"]
-    assert all(s["error"].startswith("RuntimeError: mat1 and mat2 shapes") for s in failed)
+    assert all(s["error"] == "RuntimeError: planted failure in the backward" for s in failed)
     summary_md = (sweep_dir / "summary.md").read_text()
     assert "completed: 1, diverged: 1, failed: 2" in summary_md
-    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in summary_md
+    assert "RuntimeError: planted failure in the backward" in summary_md
 
 
 def test_diverging_sweep_exits_zero(tmp_path):

@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from reluexp.config import Config, ConfigError
+from reluexp.functions.targets import layers_of
 from reluexp.record.metrics import MetricStream
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
 from reluexp.run.data import Dataset
+from reluexp.run.model import build_model
 from reluexp.run.update import WeightUpdate
 from tests.helpers import SeedRelu, run_cli, scalars, seed_loop, tensorboard
 
@@ -149,15 +151,25 @@ def test_seed_relu_copy_is_the_seed(seed_steps):
     assert SeedRelu.apply(torch.tensor([0.0], requires_grad=True)).item() == 0.0
 
 
-def test_the_hidden_layers_leave_the_loss_computation_detached():
+def test_the_hooks_leave_the_loss_computation_detached():
     # Under compile=true an output that requires grad gets a zero gradient materialized and
     # added in the compiled backward, every step.
     x, y = torch.randn(4, 6), torch.randn(4, 2)
-    weights = [torch.randn(6, 5, requires_grad=True), torch.randn(5, 2, requires_grad=True)]
-    loss_of = losses.objective(Config(), Dataset(x, y))
-    loss, hidden, _ = loss_of(x, y, weights, torch.relu, [])
+    config = Config()
+    config.model.hidden = [5, 3]
+    built = build_model(
+        config, (x, 2), layers_of(torch.relu, "torch.relu", {}), torch.Generator().manual_seed(0)
+    )
+    assert [(site.name, site.units) for site in built.sites] == [("act1", 5), ("act2", 3)]
+    loss_of = losses.objective(config, Dataset(x, y))
+    built.capture.start()
+    loss, _ = loss_of(built.model, x, y)
+    calls = built.capture.take()
     assert loss.requires_grad
-    assert [(pre.requires_grad, post.requires_grad) for pre, post in hidden] == [(False, False)]
+    assert [(pre.requires_grad, post.requires_grad) for pre, post in calls] == [(False, False)] * 2
+    assert [tuple(post.shape) for _, post in calls] == [(4, 5), (4, 3)]
+    built.model(x)
+    assert built.capture.take() == []  # only while asked
 
 
 @pytest.mark.slow
@@ -176,28 +188,33 @@ def test_a_row_counts_dead_units_zeros_and_norms():
     nan = math.nan
     post = torch.tensor([[0.0, 0.0, 0.0, -0.0, 1.0], [0.0, -0.1, 2.0, 0.0, nan]])
     pre = torch.tensor([[0.0, -5.0, -1.0, -0.0, 1.0], [-3.0, -1.0, 2.0, -2.0, nan]])
-    weights = [torch.ones(29, 7, requires_grad=True), torch.ones(5, 1, requires_grad=True)]
-    weights[0].grad, weights[1].grad = torch.full((29, 7), 2.0), torch.zeros(5, 1)
-    stream = MetricStream(batch=2, widths=[5], num_weights=2, param_sizes={})
-    update = WeightUpdate(Config(lr=0.25), weights, [], [])
+    # A second site, of images: units (channel, height, width), one of them 0 throughout.
+    image = torch.tensor([[[[1.0, -2.0]], [[0.0, 0.0]]], [[[3.0, 0.5]], [[0.0, 0.0]]]])
+    w1, w2 = torch.ones(29, 7, requires_grad=True), torch.ones(5, 1, requires_grad=True)
+    w1.grad, w2.grad = torch.full((29, 7), 2.0), torch.zeros(5, 1)
+    stream = MetricStream(["w1", "w2"], [("act1", 5), ("conv.act", 4)], {})
+    update = WeightUpdate(Config(lr=0.25), {"w1": w1, "w2": w2}, [])
     row = stream.new_row()
     # post laid out column by column (an activation may return any strides).
-    row.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T)])
+    row.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T), (image, image)])
     with torch.no_grad():
         update(row)
     stream.end_row(0, row)
     block = stream.flush()
-    assert block.steps == [0]
-    assert block.live_units == [[3]]
-    row = dict(zip(streamed(len(weights)), block.rows[0]))
+    assert block.steps == [0] and block.sites == ["act1", "conv.act"]
+    assert block.live_units == [[3, 2]]
+    row = dict(zip(streamed(["w1", "w2"], ["act1", "conv.act"]), block.rows[0]))
     assert row["loss/train"] == 1.5
-    assert row["units/dead_fraction"] == 0.4
-    assert row["units/exact_zeros"] == 2
+    assert row["units/act1/dead_fraction"] == 0.4 and row["units/act1/exact_zeros"] == 2
+    assert math.isnan(row["units/act1/output_max"])  # what a diverging run's NaN shows
+    assert row["units/conv.act/dead_fraction"] == 0.5 and row["units/conv.act/exact_zeros"] == 4
+    assert (row["units/conv.act/output_max"], row["units/conv.act/output_min"]) == (3.0, -2.0)
+    assert row["units/dead_fraction"] == 1 - 5 / 9 and row["units/exact_zeros"] == 6
     # Squares summed in float32: exact here.
     assert row["norm/grad_w1"] == math.sqrt(4 * 203)
     assert row["norm/grad_total"] == math.sqrt(4 * 203)
     # The seed's update: 1 - 0.25 * 2 = 0.5 everywhere; the gradients are dropped.
-    assert torch.equal(weights[0].detach(), torch.full((29, 7), 0.5))
+    assert torch.equal(w1.detach(), torch.full((29, 7), 0.5))
     assert row["norm/weight_w1"] == math.sqrt(0.25 * 203)
-    assert weights[0].grad is None and weights[1].grad is None
+    assert w1.grad is None and w2.grad is None
     assert stream.flush().steps == []

@@ -278,24 +278,58 @@ def chosen_by_the_user(obj: object) -> bool:
     return origin is not None and Path(origin).resolve().is_relative_to(Path.cwd().resolve())
 
 
+class ActivationLayer(nn.Module):
+    """A Function (or a function) as the Module a model places where the activation goes: one
+    per place (as timm's act_layer makes them), so that a forward hook sees each place apart.
+    It returns its input's dtype (a spiking library's float32 mask, in a float64 run)."""
+
+    def __init__(self, fn: Activation, name: str):
+        super().__init__()
+        self.fn, self.name = fn, name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fn(x)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
+# Makes a fresh activation Module at each call: what a model is built with.
+ActivationFactory = Callable[[], nn.Module]
+
+
+def layers_of(
+    activation: Activation | type[nn.Module], name: str, params: dict[str, Any]
+) -> ActivationFactory:
+    """A factory of the activation's Modules: a Module class's own instances (a learnable
+    activation's parameters, each place its own), else ActivationLayers of the callable."""
+    if is_module(activation):
+        return lambda: activation(**params)
+    return lambda: ActivationLayer(activation, name)
+
+
 def resolve_activation(
     path: str,
     params: dict[str, Any] | None = None,
     run_dir: Path | None = None,
     resumed: bool = False,
-) -> Activation:
-    """The callable a run trains with; one whose forward writes into its input is refused. A
-    resumed run's target is what its directory says: only what chosen_by_the_user allows."""
+) -> ActivationFactory:
+    """What a run trains with, as a factory of the Modules a model places (layers_of); one
+    whose forward writes into its input is refused. A resumed run's target is what its
+    directory says: only what chosen_by_the_user allows."""
+    params = params or {}
     obj = import_object(path, run_dir=run_dir)
     if resumed and not chosen_by_the_user(obj):
         raise ConfigError(
             f"activation.target={path}: a resumed run runs only a Function or Module class, "
             "torch's activations, or a function from a module in the current directory"
         )
-    activation = as_activation(obj, params or {}, path)
-    if probed_in_place(activation, path, params or {}):
+    activation = as_activation(obj, params, path)
+    if probed_in_place(activation, path, params):
         raise ConfigError(
             f"activation.target={path}: its forward changes its input in place; autograd and "
             "the activation metrics would read values that are gone"
         )
+    return layers_of(obj if is_module(obj) else activation, path, params)
     return activation

@@ -11,12 +11,13 @@ import torch
 
 from reluexp.config import ConfigError
 from reluexp.functions.targets import (
-    Activation,
+    ActivationFactory,
     accepted,
     as_activation,
     checked_params,
     is_function,
     is_module,
+    layers_of,
     probed_in_place,
     resolved,
     surrogate_of,
@@ -76,7 +77,7 @@ class Subject:
     plain: Tensors  # the same, unrecorded: what vmap and compile are tried on
     params: dict[str, torch.Tensor]
     record: BackwardRecord
-    make_activation: Callable[[], Activation]  # a fresh one for each training run
+    make_activation: ActivationFactory  # its Modules, as a training run places them
     function: type[torch.autograd.Function] | None = None
     # The Function's non-tensor arguments after the input (activation.params, in order).
     extra_args: tuple[Any, ...] = ()
@@ -84,7 +85,7 @@ class Subject:
     surrogate: Callable[[torch.Tensor], torch.Tensor] | None = None
     reference: Tensors | None = None
     reference_path: str | None = None
-    make_reference: Callable[[], Activation] | None = None
+    make_reference: ActivationFactory | None = None
 
     def inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The parameters, in x's dtype and device, as leaves that want gradients."""
@@ -126,7 +127,9 @@ def build_subject(
         plain=plain,
         params=named,
         record=record,
-        make_activation=lambda: as_activation(obj, params, target_path),
+        make_activation=layers_of(
+            obj if is_module(obj) else as_activation(obj, params, target_path), target_path, params
+        ),
         function=obj if is_function(obj) else None,
         extra_args=checked_params(obj, params, target_path) if is_function(obj) else (),
         surrogate=surrogate_of(surrogate, params, "activation.surrogate"),
@@ -142,5 +145,9 @@ def build_subject(
                 f"parameter(s), the target {len(named)}: they cannot be compared"
             )
         subject.reference_path = reference_path
-        subject.make_reference = lambda: as_activation(ref, ref_params, reference_path)
+        subject.make_reference = layers_of(
+            ref if is_module(ref) else as_activation(ref, ref_params, reference_path),
+            reference_path,
+            ref_params,
+        )
     return subject

@@ -6,7 +6,7 @@ is information: where the two part, and why (an exact zero at a kink, rounding).
 import copy
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from reluexp.config import Config, Dtype, Init
-from reluexp.functions.targets import Activation
+from reluexp.functions.targets import ActivationFactory, layers_of
 from reluexp.lab.calls import UserError, autograd_message, raised
 from reluexp.lab.cases import Kink
 from reluexp.lab.checks import Probe
@@ -22,8 +22,7 @@ from reluexp.lab.findings import Finding, Status
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
 from reluexp.run import runner
-from reluexp.run.data import read_data
-from reluexp.run.state import build_state, seeded_data
+from reluexp.run.model import Capture
 
 # A wrong backward parts the float64 pair at the first update; more steps decide no better.
 TWIN_STEPS = 50
@@ -63,7 +62,7 @@ def runs_silenced() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def train_side(config: Config, activation: Activation, dtype: str, steps: int) -> Side:
+def train_side(config: Config, activation: ActivationFactory, dtype: str, steps: int) -> Side:
     side = copy.deepcopy(config)
     side.dtype, side.steps, side.log_every, side.quiet = Dtype(dtype), steps, 1, True
     side.checkpoint_every = 0
@@ -102,12 +101,12 @@ def where_they_part(target: Side, other: Side) -> dict[str, Any]:
     }
 
 
-def settings_that_train(config: Config, activation: Callable[[], Activation]) -> str:
+def settings_that_train(config: Config, activation: ActivationFactory) -> str:
     """The first of a few gentler settings under which the twin trains without diverging."""
     for factor in (1.0, 0.1, 0.01):
         gentle = copy.deepcopy(config)
         gentle.model.init, gentle.lr = Init.scaled, config.lr * factor
-        if train_side(gentle, activation(), "float64", TWIN_STEPS).diverged_at is None:
+        if train_side(gentle, activation, "float64", TWIN_STEPS).diverged_at is None:
             return f"model.init=scaled lr={gentle.lr:g}"
     return ""
 
@@ -129,8 +128,9 @@ def deciding_pair(
             {},
             None,
         )
-    function = train_side(config, subject.make_activation(), "float64", steps)
-    twin = train_side(config, oracle.twin, "float64", steps)
+    twin_layers = layers_of(oracle.twin, f"{subject.name}'s twin", {})
+    function = train_side(config, subject.make_activation, "float64", steps)
+    twin = train_side(config, twin_layers, "float64", steps)
     facts: dict[str, Any] = {
         "function_diverged_at": function.diverged_at,
         "twin_diverged_at": twin.diverged_at,
@@ -153,7 +153,7 @@ def deciding_pair(
             function,
         )
     if function.diverged_at is not None:
-        gentler = settings_that_train(config, lambda: oracle.twin)
+        gentler = settings_that_train(config, twin_layers)
         hint = f"; {gentler} trains it" if gentler else ""
         return (
             Finding(
@@ -243,7 +243,7 @@ def reference_pair(
             f"in float32 it trains from {losses[0]:.4g} to {losses[-1]:.4g} in {len(losses)} "
             "steps; not compared with the reference, whose gradient is not the declared surrogate",
         ), {}
-    reference = train_side(config, subject.make_reference(), "float32", steps)
+    reference = train_side(config, subject.make_reference, "float32", steps)
     if function32.diverged_at is not None or reference.diverged_at is not None:
         return Finding(
             "training",
@@ -298,7 +298,7 @@ def training_checks(
             deciding, twin_facts, function64 = deciding_pair(
                 config, subject, oracle, probe, kinks, twin_steps
             )
-            function32 = train_side(config, subject.make_activation(), "float32", reference_steps)
+            function32 = train_side(config, subject.make_activation, "float32", reference_steps)
             informing, reference_facts = reference_pair(
                 config, subject, function32, reference_steps
             )
@@ -311,14 +311,30 @@ def training_checks(
 
 
 def preactivations(config: Config, last: Side | None) -> dict[str, torch.Tensor]:
-    """The first hidden layer's pre-activations of the experiment at its first step (and at a
-    float64 run's last), in float32, the experiment's dtype."""
+    """The inputs of the experiment's first activation site at its first step (and at a float64
+    run's last), in float32, the experiment's dtype: the model built as the run builds it (the
+    reference's activation in it: only the inputs matter), its forward on the training data."""
     first = copy.deepcopy(config)
     first.dtype = Dtype.float64
-    seeded = seeded_data(first, read_data(first))
-    data, state = build_state(first, torch.device("cpu"), seeded, None)
-    found = {"first step": (data.x @ state.weights[0].detach()).float()}
+    prepared = runner.prepare(first, activation=layers_of(torch.relu, "torch.relu", {}))
+    x = prepared.data.x.double()
+    found = {
+        "first step": first_site_inputs(prepared.built.model.double(), prepared.built.capture, x)
+    }
     if last is not None:
-        weights = last.result.state.weights[0].detach().cpu().double()
-        found["last step"] = (data.x @ weights).float()
+        state = last.result.state
+        found["last step"] = first_site_inputs(
+            state.model, state.capture, x.to(next(state.model.parameters()).device)
+        )
     return found
+
+
+def first_site_inputs(model: torch.nn.Module, capture: Capture, x: torch.Tensor) -> torch.Tensor:
+    """What the model's first activation call takes for inputs x, in float32."""
+    capture.start()
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        calls = capture.take()
+    return calls[0][0].float().cpu()

@@ -25,13 +25,12 @@ from reluexp.record.tags import (
     FINAL_LOSS_VS_REFERENCE,
     HPARAM_METRICS,
     IDENTICAL_LOG10,
-    LAYOUT,
     Chart,
     description,
     loss_gap,
 )
 
-# {category: {chart title: tags}} (tags.LAYOUT's shape).
+# {category: {chart title: tags}} (tags.layout's shape).
 Layout = dict[str, dict[str, Chart]]
 
 
@@ -261,10 +260,11 @@ class EventWriter:
         encoder = self._encoders[key]
         self._events.write_serialized([encoder.encode(*event) for event in zip(steps, times, rows)])
 
-    def declare(self, hparams: dict[str, Any], varying: frozenset[str] = frozenset()) -> None:
-        """The hparams (in this run, not a sub-run as add_hparams makes) and the chart layout.
-        `varying`: the config keys whose value differs across this run's sweep. Their hparams
-        are marked `differs`, which the HParams tab shows first (it shows five at the start)."""
+    def declare(self, hparams: dict[str, Any], varying: frozenset[str], layout: "Layout") -> None:
+        """The hparams (in this run, not a sub-run as add_hparams makes) and the chart layout
+        (tags.layout). `varying`: the config keys whose value differs across this run's sweep.
+        Their hparams are marked `differs`, which the HParams tab shows first (it shows five at
+        the start)."""
         values = {name: hparam_value(value) for name, value in hparams.items()}
 
         def differs(name: str) -> bool:
@@ -290,7 +290,7 @@ class EventWriter:
             hparams_summary("_hparams_/experiment", experiment=experiment),
             hparams_summary("_hparams_/session_start_info", session_start_info=session_start),
         )
-        self.declare_layout(LAYOUT)
+        self.declare_layout(layout)
 
     def declare_layout(self, layout: Layout) -> None:
         """A Custom Scalars layout; TensorBoard merges every run's, by category title."""

@@ -78,26 +78,33 @@ class MetricRow:
     # The loss, the squared norms and the activation's parameter statistics (tags.streamed's
     # order, squared norms in place of norms).
     values: list[torch.Tensor] = field(default_factory=list)
-    # Per hidden layer: its count of nonzero pre-activations, and each unit's extremes over
-    # the batch (two reductions: a third of the time of one count per unit).
+    # Per activation site: its inputs' elements and their count of nonzeros, and each unit's
+    # extremes over the batch (two reductions: a third of the time of one count per unit).
+    elements: list[int] = field(default_factory=list)
     nonzero: list[torch.Tensor] = field(default_factory=list)
     unit_max: list[torch.Tensor] = field(default_factory=list)
     unit_min: list[torch.Tensor] = field(default_factory=list)
 
-    def record_activations(self, loss: torch.Tensor, hidden: list) -> None:
+    def record_activations(self, loss: torch.Tensor, calls: list) -> None:
+        """The loss, and each activation call's (input, output), in its sites' order."""
         self.values.append(loss.detach())
-        for pre, post in hidden:
+        for pre, post in calls:
+            self.elements.append(pre.numel())
             self.nonzero.append(torch.count_nonzero(pre))
             self.unit_max.append(torch.amax(post, dim=0))
             self.unit_min.append(torch.amin(post, dim=0))
 
-    def record_grad_norms(self, weights: list[torch.Tensor]) -> None:
-        self.values += [squared_norm(flat(w.grad)) for w in weights]
+    def record_grad_norms(self, params: list[torch.Tensor]) -> None:
+        """Each parameter's gradient's squared norm (0 where the loss does not reach it)."""
+        self.values += [
+            squared_norm(flat(p.grad)) if p.grad is not None else torch.zeros((), device=p.device)
+            for p in params
+        ]
 
-    def record_weight_norms(self, flat_weights: list[torch.Tensor]) -> None:
-        """The weights as `flat` views, taken once per run: at the reference size an op costs
-        more in dispatch than in arithmetic."""
-        self.values += [squared_norm(w) for w in flat_weights]
+    def record_weight_norms(self, flat_params: list[torch.Tensor]) -> None:
+        """The parameters as `flat` views, taken once per run: at the reference size an op
+        costs more in dispatch than in arithmetic."""
+        self.values += [squared_norm(p) for p in flat_params]
 
     def record_activation_params(self, params: list[torch.Tensor]) -> None:
         """A scalar parameter's value; a tensor's squared norm, mean, min, max
@@ -115,26 +122,25 @@ class MetricStream:
     """Records every logged step's metrics on the device; hands them to the host in blocks.
 
     At the reference size an op costs more in dispatch than in arithmetic: a logged step runs
-    a count and two reductions per hidden layer and one dot product per weight before its
-    update and one after, and keeps their results; a flush stacks the block's rows and reads
-    them with one copy. The weight norms are those of the weights the step produced."""
+    a count and two reductions per activation site and one dot product per parameter before
+    its update and one after, and keeps their results; a flush stacks the block's rows and
+    reads them with one copy. The weight norms are those of the weights the step produced."""
 
     def __init__(
         self,
-        batch: int,
-        widths: list[int],
-        num_weights: int,
-        param_sizes: dict[str, int],
+        params: list[str],
+        sites: list[tuple[str, int]],
+        activation_param_sizes: dict[str, int],
     ):
-        self.batch = batch
-        self.widths = widths
-        self.num_weights = num_weights
-        self.tags = tags.streamed(num_weights, param_sizes)
-        # Where the activation's units are counted, as warnings name them.
-        self.sites = [f"hidden layer {layer}" for layer in range(1, len(widths) + 1)]
-        # Which of a row's values are squared norms: the weights' and a tensor parameter's.
-        self.squared = [False] + [True] * (2 * num_weights)
-        for size in param_sizes.values():
+        """params: the trained parameters' names; sites: each activation site's name and its
+        units per example; activation_param_sizes: the activation's own parameters' sizes."""
+        self.params = params
+        self.sites = [name for name, _ in sites]
+        self.units = [units for _, units in sites]
+        self.tags = tags.streamed(params, self.sites, activation_param_sizes)
+        # Which of a row's values are squared norms: the parameters' and a tensor parameter's.
+        self.squared = [False] + [True] * (2 * len(params))
+        for size in activation_param_sizes.values():
             self.squared += [False] if size == 1 else [True, False, False, False]
         self.rows: list[MetricRow] = []
         self.steps: list[int] = []
@@ -147,6 +153,13 @@ class MetricStream:
         return MetricRow()
 
     def end_row(self, step: int, row: MetricRow) -> None:
+        if len(row.nonzero) != len(self.sites):
+            raise RuntimeError(
+                f"the model called its activation {len(row.nonzero)} times at step {step}, "
+                f"{len(self.sites)} times on the probe it was built with; the streamed sites "
+                "are those of the probe (a model that calls it a varying number of times "
+                "cannot be streamed)"
+            )
         self.rows.append(row)
         self.steps.append(step)
         self.times.append(time.time())
@@ -174,47 +187,45 @@ class MetricStream:
         rows = self.rows
         if not rows:
             return block
-        k = self.num_weights
-        values, nonzero, alive = self.device_block()
+        k, n = len(self.params), len(rows)
+        values = torch.stack([v for row in rows for v in row.values]).double().reshape(n, -1)
         squared = torch.tensor(self.squared, device=values.device)
         total_grad_norm = values[:, 1 : 1 + k].sum(dim=1, keepdim=True).sqrt()
         values = torch.where(squared, values.sqrt(), values)
-        exact_zeros = (self.batch * sum(self.widths) - nonzero.sum(dim=1, keepdim=True)).double()
-        dead_fraction = 1 - alive.sum(dim=1, keepdim=True).double() / sum(self.widths)
-        host = torch.cat(
-            [
-                values[:, : 1 + k],
-                total_grad_norm,
-                values[:, 1 + k : 1 + 2 * k],
-                dead_fraction,
-                exact_zeros,
-                values[:, 1 + 2 * k :],
-            ],
-            dim=1,
-        )
+        columns = [values[:, : 1 + k], total_grad_norm, values[:, 1 + k : 1 + 2 * k]]
+        units = torch.tensor(self.units, dtype=torch.float64, device=values.device)
+        if self.sites:
+            elements = torch.tensor([row.elements for row in rows], device=values.device)
+            nonzero = torch.stack([c for row in rows for c in row.nonzero]).reshape(n, -1)
+            exact_zeros = (elements - nonzero).double()  # (n, sites)
+            alive, output_max, output_min = self.site_extremes()
+            dead = 1 - alive.double() / units
+            per_site = torch.stack([dead, exact_zeros, output_max, output_min], dim=2)
+            columns += [
+                1 - alive.sum(dim=1, keepdim=True).double() / units.sum(),
+                exact_zeros.sum(dim=1, keepdim=True),
+                per_site.reshape(n, -1),
+            ]
+        else:  # a model without activation sites: nothing dead, no zeros counted
+            alive = torch.zeros(n, 0, dtype=torch.long)
+            columns += [values.new_zeros(n, 1), values.new_zeros(n, 1)]
+        host = torch.cat([*columns, values[:, 1 + 2 * k :]], dim=1)
         block.steps, block.times = list(self.steps), list(self.times)
         block.rows, block.live_units = host.tolist(), alive.tolist()
         self.rows, self.steps, self.times = [], [], []
         self.last_flush = time.perf_counter()
         return block
 
-    def device_block(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The rows' values (float64: exact for float32 values and small counts), nonzero
-        counts and live units per layer, each kind stacked once."""
-        rows, layers = self.rows, len(self.widths)
-        values = torch.stack([v for row in rows for v in row.values]).double()
-        nonzero = torch.stack([c for row in rows for c in row.nonzero]).reshape(len(rows), layers)
-        # A unit is alive when some example of the batch gives it a nonzero activation (NaN
-        # included: a diverging run's units are not reported dead).
-        alive = torch.stack(
-            [
-                torch.count_nonzero(
-                    (torch.stack([row.unit_max[layer] for row in rows]) != 0)
-                    | (torch.stack([row.unit_min[layer] for row in rows]) != 0),
-                    dim=1,
-                )
-                for layer in range(layers)
-            ],
-            dim=1,
-        )
-        return values.reshape(len(rows), -1), nonzero, alive
+    def site_extremes(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per row and site: its live units, its output's largest and smallest value. A unit
+        is alive when some example of the batch gives it a nonzero activation (NaN included: a
+        diverging run's units are not reported dead)."""
+        alive, largest, smallest = [], [], []
+        for site in range(len(self.sites)):
+            unit_max = torch.stack([row.unit_max[site] for row in self.rows])
+            unit_min = torch.stack([row.unit_min[site] for row in self.rows])
+            flat_max, flat_min = unit_max.flatten(1), unit_min.flatten(1)
+            alive.append(torch.count_nonzero((flat_max != 0) | (flat_min != 0), dim=1))
+            largest.append(flat_max.amax(dim=1).double())
+            smallest.append(flat_min.amin(dim=1).double())
+        return torch.stack(alive, dim=1), torch.stack(largest, dim=1), torch.stack(smallest, dim=1)

@@ -33,13 +33,9 @@ HPARAM_METRICS = ("summary/final_loss", "summary/min_loss", FINAL_LOSS_VS_REFERE
 IDENTICAL_LOG10 = -17.0
 
 
-def weight_names(num_weights: int) -> list[str]:
-    return [f"w{i}" for i in range(1, num_weights + 1)]
-
-
 def activation_params(sizes: dict[str, int]) -> list[str]:
-    """An activation's own parameters by name and size: a scalar's value; a tensor's norm,
-    mean, min and max."""
+    """The activation Modules' own parameters by name and size: a scalar's value; a tensor's
+    norm, mean, min and max."""
     found = []
     for name, size in sizes.items():
         if size == 1:
@@ -49,17 +45,30 @@ def activation_params(sizes: dict[str, int]) -> list[str]:
     return found
 
 
-def streamed(num_weights: int, param_sizes: dict[str, int] | None = None) -> list[str]:
-    """The tags of one streamed metric row, in order (metrics.MetricStream.host_row)."""
-    names = weight_names(num_weights)
+# Per activation site (a call of an activation Module, run.model.Site): the fraction of its
+# units at 0 for the whole batch, its inputs exactly 0, and the extremes of its output.
+SITE_STATISTICS = ("dead_fraction", "exact_zeros", "output_max", "output_min")
+
+
+def site_tags(site: str) -> list[str]:
+    return [f"units/{site}/{statistic}" for statistic in SITE_STATISTICS]
+
+
+def streamed(
+    params: list[str], sites: list[str], activation_param_sizes: dict[str, int] | None = None
+) -> list[str]:
+    """The tags of one streamed metric row, in order (metrics.MetricStream.flush): the loss,
+    each parameter's gradient norm (by its named_parameters name), their total, each one's
+    norm, the units over every site, each site's, the activation's own parameters."""
     return [
         LOSS,
-        *(GRAD_NORM_PREFIX + n for n in names),
+        *(GRAD_NORM_PREFIX + n for n in params),
         GRAD_NORM_TOTAL,
-        *(WEIGHT_NORM_PREFIX + n for n in names),
+        *(WEIGHT_NORM_PREFIX + n for n in params),
         DEAD_FRACTION,
         EXACT_ZEROS,
-        *activation_params(param_sizes or {}),
+        *(tag for site in sites for tag in site_tags(site)),
+        *activation_params(activation_param_sizes or {}),
     ]
 
 
@@ -96,23 +105,58 @@ def description(tag: str) -> str | None:
 # (value, lower, upper): a margin chart, a line and its band per triple.
 Chart = list[str] | list[tuple[str, str, str]]
 
-# The Custom Scalars tab of every run, in reading order: {category: {chart: tags}}. A sweep's
-# report adds, first in the tab, a chart per custom/reference pair and the band per group.
-LAYOUT: dict[str, dict[str, Chart]] = {
-    "loss": {"log10 loss, every run": [re.escape(LOSS_LOG10)]},
-    "gradients": {
-        "log10 total gradient norm": [re.escape(GRAD_NORM_TOTAL_LOG10)],
-        "gradient norm per weight": [r"norm/grad_w\d+"],
-    },
-    "activation counters": {
-        "logged steps with an exact-zero pre-activation (cumulative)": [
-            re.escape(STEPS_WITH_EXACT_ZEROS)
-        ],
-        "pre-activations exactly 0, per step": [re.escape(EXACT_ZEROS)],
-        "dead fraction of hidden units": [re.escape(DEAD_FRACTION)],
-    },
-    "weights": {
-        "weight norm per weight": [r"norm/weight_w\d+"],
-        "the activation's own parameters": [r"param/.*"],
-    },
-}
+
+def layer_of(param: str) -> str:
+    """The layer a parameter belongs to, as charts group them: its Module's path
+    (`features.0.weight` -> `features.0`); a model's own parameters (the MLP's w1, w2, b1)
+    make one group."""
+    return param.rsplit(".", 1)[0] if "." in param else "the model's own parameters"
+
+
+def by_layer(prefix: str, params: list[str]) -> dict[str, Chart]:
+    """A chart per layer of its parameters' tags under prefix."""
+    layers: dict[str, list[str]] = {}
+    for param in params:
+        layers.setdefault(layer_of(param), []).append(re.escape(prefix + param))
+    return layers
+
+
+def layout(params: list[str], sites: list[str]) -> dict[str, dict[str, Chart]]:
+    """A run's Custom Scalars tab, in reading order: {category: {chart: tags}}; its gradient
+    and weight norms a chart per layer. A sweep's report adds, first in the tab, a chart per
+    custom/reference pair and the band per group."""
+    return {
+        "loss": {"log10 loss, every run": [re.escape(LOSS_LOG10)]},
+        "gradients": {
+            "log10 total gradient norm": [re.escape(GRAD_NORM_TOTAL_LOG10)],
+            **{
+                f"gradient norm: {layer}": tags
+                for layer, tags in by_layer(GRAD_NORM_PREFIX, params).items()
+            },
+        },
+        "activation counters": {
+            "logged steps with an exact-zero pre-activation (cumulative)": [
+                re.escape(STEPS_WITH_EXACT_ZEROS)
+            ],
+            "pre-activations exactly 0, per step": [
+                re.escape(EXACT_ZEROS),
+                *(re.escape(f"units/{site}/exact_zeros") for site in sites),
+            ],
+            "dead fraction of hidden units": [
+                re.escape(DEAD_FRACTION),
+                *(re.escape(f"units/{site}/dead_fraction") for site in sites),
+            ],
+            "activation output, max and min": [
+                re.escape(f"units/{site}/{extreme}")
+                for site in sites
+                for extreme in ("output_max", "output_min")
+            ],
+        },
+        "weights": {
+            **{
+                f"weight norm: {layer}": tags
+                for layer, tags in by_layer(WEIGHT_NORM_PREFIX, params).items()
+            },
+            "the activation's own parameters": [r"param/.*"],
+        },
+    }

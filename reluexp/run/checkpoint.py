@@ -59,6 +59,6 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
             f"resume={run_dir}: {CHECKPOINT_NAME} is unreadable, truncated or corrupt "
             f"({type(error).__name__})"
         ) from None
-    if not isinstance(payload, dict) or not {"step", "weights", "config"} <= payload.keys():
+    if not isinstance(payload, dict) or not {"step", "model", "config"} <= payload.keys():
         raise ConfigError(f"resume={run_dir}: {CHECKPOINT_NAME} is not a reluexp checkpoint")
     return payload

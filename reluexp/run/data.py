@@ -17,8 +17,9 @@ MAX_CLASSES = 100_000
 
 @dataclass
 class Dataset:
-    """Training inputs (N, D_in) and targets: class indices (N,) for classification, values
-    (N, D_out) for regression; a validation split, when there is one."""
+    """Training inputs (N, ...): (N, D) features, or (N, C, H, W) images; targets: class
+    indices (N,) for classification, values (N, D_out) for regression; a validation split,
+    when there is one."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -30,10 +31,6 @@ class Dataset:
     @property
     def d_out(self) -> int:
         return self.classes if self.classes is not None else self.y.shape[1]
-
-    def layer_sizes(self, hidden: list[int]) -> list[int]:
-        """Widths from input to output: the data's input width, the hidden widths, its output."""
-        return [self.x.shape[1], *hidden, self.d_out]
 
     def to(self, device: torch.device, dtype: torch.dtype) -> "Dataset":
         """Moved to the device once; inputs (and regression targets) in the run's dtype."""
@@ -124,7 +121,8 @@ def load_data(
 
 
 def digits() -> tuple[Any, Any]:
-    """scikit-learn's bundled 8x8 digits: 1,797 images of 64 pixels (0 to 16), 10 classes."""
+    """scikit-learn's bundled 8x8 digits: 1,797 images (N, 1, 8, 8), pixels from 0 to 16
+    scaled to [0, 1], 10 classes."""
     try:
         from sklearn.datasets import load_digits
     except ImportError:
@@ -133,7 +131,7 @@ def digits() -> tuple[Any, Any]:
             "pip install 'reluexp[data]'"
         ) from None
     images, labels = load_digits(return_X_y=True)
-    return images / 16.0, labels
+    return (images / 16.0).reshape(-1, 1, 8, 8), labels
 
 
 def read_file(path: Path) -> list[Any]:
@@ -204,9 +202,10 @@ def check_arrays(arrays: list[Any], where: str) -> list[torch.Tensor]:
     classification = not tensors[1].is_floating_point()
     for x, y, split in ((0, 1, "training"), (2, 3, "validation"))[: len(tensors) // 2]:
         inputs, targets = tensors[x], tensors[y]
-        if inputs.dim() != 2 or len(inputs) == 0 or targets.dim() == 0:
+        if inputs.dim() < 2 or len(inputs) == 0 or targets.dim() == 0:
             raise ConfigError(
-                f"{where}: {names[x]} must be (N, D) with N >= 1, got {tuple(inputs.shape)}"
+                f"{where}: {names[x]} must be (N, D) or (N, C, H, W) with N >= 1, got "
+                f"{tuple(inputs.shape)}"
             )
         if len(inputs) != len(targets):
             raise ConfigError(
@@ -217,8 +216,8 @@ def check_arrays(arrays: list[Any], where: str) -> list[torch.Tensor]:
             raise ConfigError(f"{where}: class targets must be (N,), got {tuple(targets.shape)}")
     if len(tensors) == 2 and len(tensors[0]) < 2:
         raise ConfigError(f"{where}: one example; a validation split needs at least two")
-    if len(tensors) == 4 and tensors[0].shape[1] != tensors[2].shape[1]:
-        raise ConfigError(f"{where}: training and validation inputs differ in width")
+    if len(tensors) == 4 and tensors[0].shape[1:] != tensors[2].shape[1:]:
+        raise ConfigError(f"{where}: training and validation inputs differ in shape")
     if classification:
         labels = torch.cat([t.reshape(-1) for t in tensors[1::2]])
         low, high = int(labels.min()), int(labels.max())
@@ -231,13 +230,13 @@ def check_arrays(arrays: list[Any], where: str) -> list[torch.Tensor]:
 
 
 def data_sizes(arrays: list[torch.Tensor]) -> tuple[int, int, int]:
-    """Real data's examples (all splits), input width and output width (classes, or the
-    targets' width)."""
+    """Real data's examples (all splits), input size (an example's elements) and output width
+    (classes, or the targets' width)."""
     x, y = arrays[0], arrays[1]
-    examples = sum(len(t) for t in arrays[::2])
+    examples, d_in = sum(len(t) for t in arrays[::2]), x[0].numel()
     if y.is_floating_point():
-        return examples, x.shape[1], y.reshape(len(y), -1).shape[1]
-    return examples, x.shape[1], int(torch.cat([t.reshape(-1) for t in arrays[1::2]]).max()) + 1
+        return examples, d_in, y.reshape(len(y), -1).shape[1]
+    return examples, d_in, int(torch.cat([t.reshape(-1) for t in arrays[1::2]]).max()) + 1
 
 
 def dataset(arrays: list[torch.Tensor], val_fraction: float, generator: torch.Generator) -> Dataset:

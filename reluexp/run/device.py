@@ -3,7 +3,8 @@
 import psutil
 import torch
 
-from reluexp.config import Config, ConfigError
+from reluexp.config import Config, ConfigError, ModelName
+from reluexp.run.model import Built
 
 
 def resolve_device(name: str) -> torch.device:
@@ -44,31 +45,44 @@ def available_memory(device: torch.device) -> int | None:
 
 
 def check_memory(
-    config: Config, device: torch.device, data_sizes: tuple[int, int, int] | None = None
+    config: Config,
+    device: torch.device,
+    data_sizes: tuple[int, int, int] | None = None,
+    built: Built | None = None,
 ) -> None:
-    """Refuse sizes whose tensors cannot fit before allocating any (a lower bound of a step's
-    peak: data, weights with their gradients and optimizer state, each layer's two activations
-    and its gradient). data_sizes: real data's examples, input and output widths; the random
-    data's come from the config."""
+    """Refuse sizes whose tensors cannot fit before allocating them (a lower bound of a step's
+    peak: data, parameters with their gradients and optimizer state, each activation's input,
+    output and gradient). Called before the model is built, with the data and the MLP's
+    weights (the config gives their sizes), and once it is, with any other model's parameters
+    and the activations its probe saw. data_sizes: real data's examples, input and output
+    sizes; the random data's come from the config."""
+    mlp = config.model.name == ModelName.mlp
+    if built is not None and mlp:  # counted before it was built
+        return
     if data_sizes is None:
         n, d_in, d_out = config.data.n, config.data.d_in, config.data.d_out
-        shown = (
-            f"data.n={n}, data.d_in={d_in}, model.hidden={config.model.hidden}, data.d_out={d_out}"
-        )
+        shown = f"data.n={n}, data.d_in={d_in}, data.d_out={d_out}"
     else:
         n, d_in, d_out = data_sizes
-        shown = (
-            f"data={config.data.name.value} ({n} examples of {d_in} inputs, "
-            f"{d_out} outputs), model.hidden={config.model.hidden}"
-        )
-    sizes = [d_in, *config.model.hidden, d_out]
-    weights = sum(a * b for a, b in zip(sizes, sizes[1:]))
-    activations = n * (sum(config.model.hidden) + d_out)
-    elements = n * (d_in + d_out) + 4 * weights
-    needed = (elements + 3 * activations) * getattr(torch, config.dtype.value).itemsize
+        shown = f"data={config.data.name.value} ({n} examples of {d_in} inputs, {d_out} outputs)"
+    batch = min(n, config.data.batch_size or n)
+    elements = n * (d_in + d_out)
+    if mlp:
+        shown += f", model.hidden={config.model.hidden}"
+        sizes = [d_in, *config.model.hidden, d_out]
+        parameters = sum(a * b for a, b in zip(sizes, sizes[1:]))
+        activations = batch * (sum(config.model.hidden) + d_out)
+    elif built is not None:
+        shown += f", the model's {sum(p.numel() for p in built.model.parameters())} parameters"
+        parameters = sum(p.numel() for p in built.model.parameters())
+        activations = batch * (sum(site.units for site in built.sites) + d_out)
+    else:
+        parameters = activations = 0
+    elements += 4 * parameters + 3 * activations
+    needed = elements * getattr(torch, config.dtype.value).itemsize
     available = available_memory(device)
     if available is not None and needed > available:
         raise ConfigError(
-            f"{shown}: needs at "
-            f"least {needed / 2**30:.3g} GiB on {device}, {available / 2**30:.3g} GiB available"
+            f"{shown}: needs at least {needed / 2**30:.3g} GiB on {device}, "
+            f"{available / 2**30:.3g} GiB available"
         )

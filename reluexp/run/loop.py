@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 
 from reluexp.config import Config
-from reluexp.functions.targets import Activation
 from reluexp.record.metrics import Block, MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder
@@ -32,7 +31,6 @@ class Training:
     run_dir: Path | None
     data: Dataset
     state: RunState
-    activation: Activation
     stream: MetricStream
     recorder: Recorder
     stop: StopSignals | None
@@ -93,24 +91,27 @@ def train_loop(training: Training) -> None:
     # compile=true: forward and loss, and through AOTAutograd their backward, as compiled kernels.
     compute_loss = torch.compile(loss_of) if config.compile else loss_of
     batches = Batches(data, config.data.batch_size, config.seed)
+    model, capture = state.model, state.capture
     while state.step < config.steps and not training.stopped and training.stop_signal is None:
         step = state.step
-        x, y = batches.at(step)
-        loss, hidden, logits = compute_loss(x, y, state.weights, training.activation, state.biases)
-        loss.backward()
         last = step == config.steps - 1
         # Print steps are recorded too: their lines come from the flushed rows.
         recording = step % config.log_every == 0 or config.prints_at(step) or last
+        if recording:  # the activation's inputs and outputs, seen by its forward hooks
+            capture.start()
+        x, y = batches.at(step)
+        loss, logits = compute_loss(model, x, y)
+        loss.backward()
         with torch.no_grad():
             row = stream.new_row() if recording else None
             if row is not None:
-                row.record_activations(loss, hidden)
+                row.record_activations(loss, capture.take())
             # Held-out data, with the weights the step's loss saw (before its update), beside
             # the accuracy on the step's batch.
             if data.x_val is not None and (step % config.eval_every == 0 or last):
-                val_loss, _, val_logits = loss_of(
-                    data.x_val, data.y_val, state.weights, training.activation, state.biases
-                )
+                model.eval()  # dropout off, normalization's running statistics left alone
+                val_loss, val_logits = loss_of(model, data.x_val, data.y_val)
+                model.train()
                 stream.record_evaluation(
                     step, evaluation(val_loss, val_logits, data.y_val, logits, y)
                 )

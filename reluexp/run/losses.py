@@ -6,12 +6,9 @@ from collections.abc import Callable
 import torch
 
 from reluexp.config import Config, ConfigError, Loss
-from reluexp.functions.targets import Activation
 from reluexp.run.data import Dataset
-from reluexp.run.model import forward
 
-Hidden = list[tuple[torch.Tensor, torch.Tensor]]
-Objective = Callable[..., tuple[torch.Tensor, Hidden, torch.Tensor | None]]
+Objective = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
 
 def summed_squared_error(output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -43,24 +40,18 @@ def loss_kind(config: Config, data: Dataset) -> Loss:
 
 
 def objective(config: Config, data: Dataset) -> Objective:
-    """The loss the run trains on (loss_kind), as f(x, y, weights, activation, biases) ->
-    (loss, the hidden layers the metrics read, the logits for the accuracy or None)."""
+    """The loss the run trains on (loss_kind), as f(model, x, y) -> (loss, the logits for the
+    accuracy or None)."""
     criterion = CRITERIA[loss_kind(config, data)]
     classifies = data.classes is not None
 
     def loss_of(
-        x: torch.Tensor,
-        y: torch.Tensor,
-        weights: list[torch.Tensor],
-        activation: Activation,
-        biases: list[torch.Tensor],
-    ) -> tuple[torch.Tensor, Hidden, torch.Tensor | None]:
-        # The hidden layers and logits come back detached: the metrics only read them, and
-        # under compile=true an output that requires grad gets a gradient in the compiled
-        # backward, zeros materialized and added every step (at N=4096, H=4096 two 64 MiB fills
-        # and a 64 MiB copy: about a tenth of the step).
-        output, hidden = forward(x, weights, activation, biases)
-        detached = [(pre.detach(), post.detach()) for pre, post in hidden]
-        return criterion(output, y), detached, output.detach() if classifies else None
+        model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # The logits come back detached: the accuracy only reads them, and under compile=true
+        # an output that requires grad gets a gradient in the compiled backward, zeros
+        # materialized and added every step.
+        output = model(x)
+        return criterion(output, y), output.detach() if classifies else None
 
     return loss_of

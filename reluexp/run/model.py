@@ -1,10 +1,23 @@
-"""An MLP of plain weight tensors, bias-free as in the seed (biases optional)."""
+"""The network a run trains, built from the config with the activation placed in it: the
+article's MLP of plain weight matrices (the default, seed-exact), a small CNN for images, or the
+user's own factory, optionally with every instance of a built-in Module class swapped for the
+activation. Also where each activation is seen: a forward hook on every instance."""
 
+import inspect
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
-from reluexp.functions.targets import Activation
+from reluexp.config import Config, ConfigError, ModelName
+from reluexp.functions.targets import ActivationFactory, import_object, is_module, raised_at
+
+# Examples the probe forward takes: enough for a batch dimension, cheap for any model.
+PROBE_EXAMPLES = 2
 
 
 def init_weights(
@@ -23,20 +36,262 @@ def init_weights(
     return weights
 
 
-def forward(
-    x: torch.Tensor,
-    weights: list[torch.Tensor],
-    activation: Activation,
-    biases: list[torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """The prediction and each hidden layer's (pre-activation, activation), both (N, H); with
-    biases, each layer adds its own (addmm: the same kernel call)."""
-    hidden = []
-    h = x
-    for i, w in enumerate(weights[:-1]):
-        pre = torch.addmm(biases[i], h, w) if biases else h.mm(w)
-        h = activation(pre)
-        if h.dtype != pre.dtype:  # a float32 mask for a float64 run (spiking libraries' spikes)
-            h = h.to(pre.dtype)
-        hidden.append((pre, h))
-    return (torch.addmm(biases[-1], h, weights[-1]) if biases else h.mm(weights[-1])), hidden
+class MLP(nn.Module):
+    """The article's network: y = act(x @ w1) @ w2 with plain weight matrices w1 (d_in, h),
+    w2 (h, d_out) (more hidden layers: w3, ...), biases b1, b2, ... when given (each layer's
+    addmm: the same kernel call), an activation Module per hidden layer (act1, act2, ...).
+    Inputs of any shape are flattened after the batch dimension."""
+
+    def __init__(
+        self,
+        weights: list[torch.Tensor],
+        biases: list[torch.Tensor],
+        activation: ActivationFactory,
+    ):
+        super().__init__()
+        self.layers = len(weights)
+        for i, w in enumerate(weights, 1):
+            self.register_parameter(f"w{i}", nn.Parameter(w))
+        for i, b in enumerate(biases, 1):
+            self.register_parameter(f"b{i}", nn.Parameter(b))
+        self.biased = bool(biases)
+        for i in range(1, self.layers):
+            self.add_module(f"act{i}", activation())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.flatten(1)
+        for i in range(1, self.layers + 1):
+            w = getattr(self, f"w{i}")
+            h = torch.addmm(getattr(self, f"b{i}"), h, w) if self.biased else h.mm(w)
+            if i < self.layers:
+                h = getattr(self, f"act{i}")(h)
+        return h
+
+
+class CNN(nn.Module):
+    """A small conv net for images (C, H, W): a 3x3 convolution per channel count (stride 2
+    after the first, halving the image), each followed by its own activation Module, then a
+    linear layer from the flattened maps to the outputs."""
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        d_out: int,
+        channels: list[int],
+        activation: ActivationFactory,
+    ):
+        super().__init__()
+        layers: list[nn.Module] = []
+        in_channels, (height, width) = input_shape[0], input_shape[1:]
+        for i, out_channels in enumerate(channels):
+            stride = 1 if i == 0 else 2
+            layers += [
+                nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1),
+                activation(),
+            ]
+            in_channels = out_channels
+            height, width = (height - 1) // stride + 1, (width - 1) // stride + 1
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(in_channels * height * width, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))
+
+
+@contextmanager
+def seeded(generator: torch.Generator) -> Iterator[None]:
+    """torch's global generator seeded from the run's own for what is built within (a Module's
+    own initialization draws from it), and put back after: a model's start depends on the
+    run's seed alone."""
+    seed = int(torch.randint(2**62, (), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place where the activation runs in a forward: an activation Module's call (a Module
+    called twice is two sites: `act`, `act#2`) and the units it gives each example."""
+
+    name: str
+    units: int
+
+
+class Capture:
+    """What each activation call of a forward takes and gives, while asked to (a recorded
+    step's forward): a forward hook on every activation Module of the model."""
+
+    def __init__(self, instances: list[nn.Module]):
+        self.on = False
+        self.calls: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+        # The activation Modules the model was given, each with this hook.
+        self.instances = instances
+        for instance in instances:
+            instance.register_forward_hook(self.hook)
+
+    def hook(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        if self.on:
+            self.calls.append((module, inputs[0].detach(), output.detach()))
+
+    def start(self) -> None:
+        self.on, self.calls = True, []
+
+    def take(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each call's (input, output) since start(), in call order; capturing stops."""
+        calls, self.on, self.calls = self.calls, False, []
+        return [(pre, post) for _, pre, post in calls]
+
+
+@dataclass
+class Built:
+    """A run's network with where its activation runs: the model, its activation Modules
+    (each with a hook), the sites a forward calls them at (in order), and the capture."""
+
+    model: nn.Module
+    sites: list[Site]
+    capture: Capture
+
+
+def keyword_arguments(factory: Callable, offered: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of `offered` that the factory names (all of them for **kwargs)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return offered
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return offered
+    return {p.name: offered[p.name] for p in parameters if p.name in offered}
+
+
+def replace_instances(model: nn.Module, kind: type, activation: ActivationFactory) -> int:
+    """Every submodule of the class `kind` swapped for a fresh activation Module; how many."""
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, kind):
+                setattr(parent, name, activation())
+                swapped += 1
+    return swapped
+
+
+def construct(
+    config: Config, shapes: tuple[tuple[int, ...], int], activation: ActivationFactory
+) -> nn.Module:
+    """The configured model from the data's input shape (one example's) and output width;
+    a user's factory's mistakes are ConfigErrors naming model.target."""
+    input_shape, d_out = shapes
+    model_config = config.model
+    if model_config.name == ModelName.cnn:
+        if len(input_shape) != 3:
+            raise ConfigError(
+                f"model=cnn: takes images (channels, height, width); the data's examples are "
+                f"{tuple(input_shape)} (data=digits gives 8x8 images of one channel)"
+            )
+        return CNN(input_shape, d_out, model_config.hidden, activation)
+    path = model_config.target
+    factory = import_object(path, "model.target")
+    if not callable(factory):
+        raise ConfigError(f"model.target={path}: a {type(factory).__name__}, not a factory")
+    offered = {
+        "activation": activation,
+        "d_in": math.prod(input_shape),
+        "d_out": d_out,
+        "input_shape": tuple(input_shape),
+    }
+    try:
+        model = factory(**keyword_arguments(factory, offered))
+    except Exception as error:
+        raise ConfigError(f"model.target={path}: {raised_at(error)}") from None
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"model.target={path}: returned {type(model).__name__}, not an nn.Module")
+    return model
+
+
+def build_model(
+    config: Config,
+    example: tuple[torch.Tensor, int],
+    activation: ActivationFactory,
+    generator: torch.Generator,
+) -> Built:
+    """The run's model on the CPU in float32, its weights drawn after the data from the run's
+    generator (the MLP: w1, w2, ... as the article draws them; any other model from a seed it
+    draws there), checked: it has parameters, holds the activation (model.replace's count
+    too), and maps a probe of the data's first examples to outputs of the targets' width.
+    `example`: the data's first inputs and its output width."""
+    x, d_out = example
+    made: list[nn.Module] = []
+
+    def placed() -> nn.Module:
+        module = activation()
+        made.append(module)
+        return module
+
+    if config.model.name == ModelName.mlp:
+        sizes = [math.prod(x.shape[1:]), *config.model.hidden, d_out]
+        weights = init_weights(sizes, generator, config.model.init.value)
+        biases = [torch.zeros(w.shape[1]) for w in weights] if config.model.bias else []
+        with seeded(generator):
+            model = MLP(weights, biases, placed)
+    else:
+        with seeded(generator):
+            model = construct(config, (tuple(x.shape[1:]), d_out), placed)
+    custom = config.model.name == ModelName.custom
+    what = f"model.target={config.model.target}" if custom else f"model={config.model.name.value}"
+    if config.model.replace is not None:
+        kind = import_object(config.model.replace, "model.replace")
+        if not is_module(kind):
+            raise ConfigError(f"model.replace={config.model.replace}: not an nn.Module class")
+        with seeded(generator):
+            swapped = replace_instances(model, kind, placed)
+        if not swapped:
+            raise ConfigError(
+                f"model.replace={config.model.replace}: the model has 0 instances of it"
+            )
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(f"{what}: the model has no parameters to train")
+    instances = [m for m in model.modules() if any(m is placed_one for placed_one in made)]
+    if not instances:
+        raise ConfigError(
+            f"{what}: the model holds no activation Module it was given: call `activation()` "
+            "where the activation goes, or name the class the model uses, as "
+            "model.replace=torch.nn.ReLU"
+        )
+    capture = Capture(instances)
+    # The shipped models' forwards fail only through the activation they are given.
+    culprit = what if custom else f"activation.target={config.activation.target} in {what}"
+    sites = probe(model, x[:PROBE_EXAMPLES], d_out, capture, culprit)
+    return Built(model, sites, capture)
+
+
+def probe(model: nn.Module, x: torch.Tensor, d_out: int, capture: Capture, what: str) -> list[Site]:
+    """The model's forward on a few examples (in eval mode, without a graph, torch's global
+    generator left as it was): its output must give each example d_out values; the activation
+    calls it makes are the sites the run streams."""
+    names = {id(m): name for name, m in model.named_modules()}
+    training = model.training
+    model.eval()
+    capture.on, capture.calls = True, []
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            output = model(x)
+    except Exception as error:
+        raise ConfigError(
+            f"{what}: the forward of the data's first inputs {raised_at(error)}"
+        ) from None
+    finally:
+        calls, capture.on, capture.calls = capture.calls, False, []
+        model.train(training)
+    if not isinstance(output, torch.Tensor) or tuple(output.shape) != (len(x), d_out):
+        found = tuple(output.shape) if isinstance(output, torch.Tensor) else type(output).__name__
+        raise ConfigError(
+            f"{what}: its output for {len(x)} examples is {found}; the data's targets need "
+            f"{(len(x), d_out)}"
+        )
+    sites, seen = [], {}
+    for module, _, post in calls:
+        name = names[id(module)]
+        seen[name] = seen.get(name, 0) + 1
+        shown = name if seen[name] == 1 else f"{name}#{seen[name]}"
+        sites.append(Site(shown, post[0].numel() if post.dim() else 1))
+    return sites

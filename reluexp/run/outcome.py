@@ -82,7 +82,7 @@ class Outcome:
             for site, live in zip(block.sites, block.live_units[i]):
                 if live == 0:
                     self.warn(
-                        f"{site} dead",
+                        f"activation {site} dead",
                         step,
                         "every unit is 0 on the whole batch, no gradient passes it",
                     )

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from reluexp.config import Config, ConfigError, DataName, config_from_dict
+from reluexp.config import Config, ConfigError, DataName, ModelName, config_from_dict
 from reluexp.functions.targets import is_own
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
 from reluexp.run.checkpoint import load_checkpoint
@@ -24,11 +24,21 @@ def imported_paths(config: Config) -> dict[str, str]:
         paths["activation.surrogate"] = config.activation.surrogate
     if config.data.name == DataName.callable and config.data.loader is not None:
         paths["data.loader"] = config.data.loader
+    if config.model.name == ModelName.custom and config.model.target is not None:
+        paths["model.target"] = config.model.target
+    if config.model.replace is not None:
+        paths["model.replace"] = config.model.replace
     return paths
 
 
 # What `resume=DIR key=path` may name to confirm a stored dotted path (imported_paths).
-CONFIRMABLE = ("activation.target", "activation.surrogate", "data.loader")
+CONFIRMABLE = (
+    "activation.target",
+    "activation.surrogate",
+    "data.loader",
+    "model.target",
+    "model.replace",
+)
 
 
 @dataclass(frozen=True)

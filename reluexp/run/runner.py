@@ -17,7 +17,7 @@ from reluexp.config import (
     config_dict,
     validate,
 )
-from reluexp.functions.targets import Activation, resolve_activation, surrogate_of
+from reluexp.functions.targets import ActivationFactory, resolve_activation, surrogate_of
 from reluexp.record import summary as summaries
 from reluexp.record.events import EventWriter
 from reluexp.record.hparams import hparams
@@ -25,10 +25,12 @@ from reluexp.record.metrics import MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder, Series
 from reluexp.record.summary import RunSummary
-from reluexp.run.data import data_sizes, read_data
+from reluexp.record.tags import layout
+from reluexp.run.data import Dataset, data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
 from reluexp.run.losses import loss_kind
+from reluexp.run.model import PROBE_EXAMPLES, Built, build_model
 from reluexp.run.process import job_environment
 from reluexp.run.resumes import ResumePlan, plan_resume
 from reluexp.run.rundir import DiskReserve, hold_run
@@ -65,30 +67,43 @@ class RunResult:
 
 @dataclass(frozen=True)
 class Prepared:
-    """What a run starts from, checked once before anything is written: its device and its
-    activation (the target imported and bound; an in-place forward refused)."""
+    """What a run starts from, checked once before anything is written: its device, its data
+    (on the CPU, drawn or split by its seed) and its model (built on the CPU from the seed,
+    the activation in place, checked by a probe forward)."""
 
     device: torch.device
-    activation: Activation
-    # Real data's arrays, read and checked (run.data.read_data); None for the random data.
-    arrays: list[torch.Tensor] | None
+    data: Dataset
+    built: Built
 
 
-def prepare(config: Config, *, run_dir: Path | None = None, resumed: bool = False) -> Prepared:
-    """Every value of the config checked, the device found and the activation resolved: a
-    user's mistake is a ConfigError naming the key. (The entry point calls this before Hydra
-    makes a directory and hands the result to run().)"""
+def prepare(
+    config: Config,
+    *,
+    run_dir: Path | None = None,
+    resumed: bool = False,
+    activation: ActivationFactory | None = None,
+) -> Prepared:
+    """Every value of the config checked, the device found, the activation resolved (unless
+    given: the lab's twin), the data read and drawn, the model built and probed: a user's
+    mistake is a ConfigError naming the key. Sizes that cannot fit are refused before anything
+    that size is made. (The entry point calls this before Hydra makes a directory and hands
+    the result to run().)"""
     validate(config)
     device = resolve_device(config.device)
+    if activation is None:
+        settings = config.activation
+        activation = resolve_activation(
+            settings.target, settings.params, run_dir=run_dir, resumed=resumed
+        )
+        # Training never calls the surrogate; a typo in it is still one line before a run.
+        surrogate_of(settings.surrogate, settings.params, "activation.surrogate")
     arrays = read_data(config)
-    check_memory(config, device, None if arrays is None else data_sizes(arrays))
-    activation = config.activation
-    resolved = resolve_activation(
-        activation.target, activation.params, run_dir=run_dir, resumed=resumed
-    )
-    # Training never calls the surrogate; a typo in it is still one line before a run starts.
-    surrogate_of(activation.surrogate, activation.params, "activation.surrogate")
-    return Prepared(device, resolved, arrays)
+    sizes = None if arrays is None else data_sizes(arrays)
+    check_memory(config, device, sizes)
+    data, generator = seeded_data(config, arrays)
+    built = build_model(config, (data.x[:PROBE_EXAMPLES], data.d_out), activation, generator)
+    check_memory(config, device, sizes, built)
+    return Prepared(device, data, built)
 
 
 def run(
@@ -97,24 +112,19 @@ def run(
     overrides: Sequence[str] = (),
     *,
     prepared: Prepared | None = None,
-    activation: Activation | None = None,
+    activation: ActivationFactory | None = None,
     stop: StopSignals | None = None,
     varying: frozenset[str] = frozenset(),
 ) -> RunResult:
     """Train the configured model and return the run's result; with a run_dir, stream its
     metrics, summary and checkpoints there. Without one, nothing is written.
 
-    `prepared`: what prepare() found, else prepared here; `activation`: a callable to train
-    with instead of the configured target (the lab's oracle twin); `stop`: the entry point's
-    StopSignals, whose first signal ends the run at a step boundary, checkpointed (without
-    one, signals are left alone); `varying`: the config keys that differ across this run's
-    sweep, which its HParams show first."""
-    if prepared is None:
-        if activation is None:
-            prepared = prepare(config, run_dir=run_dir)
-        else:
-            validate(config)
-            prepared = Prepared(resolve_device(config.device), activation, read_data(config))
+    `prepared`: what prepare() found, else prepared here; `activation`: a factory of the
+    activation Modules to train with instead of the configured target's (the lab's oracle
+    twin); `stop`: the entry point's StopSignals, whose first signal ends the run at a step
+    boundary, checkpointed (without one, signals are left alone); `varying`: the config keys
+    that differ across this run's sweep, which its HParams show first."""
+    prepared = prepared or prepare(config, run_dir=run_dir, activation=activation)
     summary = RunSummary(
         started_at=summaries.now(),
         seed=config.seed,
@@ -167,7 +177,7 @@ def _run(
     stop: StopSignals | None,
     varying: frozenset[str] = frozenset(),
 ) -> RunResult:
-    device, activation = prepared.device, prepared.activation
+    device, built = prepared.device, prepared.built
     with ExitStack() as held:
         reserve = None
         if run_dir is not None:
@@ -175,11 +185,9 @@ def _run(
             held.enter_context(hold_run(run_dir))
             reserve = held.enter_context(DiskReserve(run_dir))
         held.enter_context(job_environment(device, config.threads))
-        seeded = seeded_data(config, prepared.arrays)
         if checkpoint is not None:
-            sizes = seeded[0].layer_sizes(config.model.hidden)
-            check_checkpoint(checkpoint, config, sizes, f"resume={run_dir}")
-        data, state = build_state(config, device, seeded, checkpoint, activation)
+            check_checkpoint(checkpoint, config, built.model, f"resume={run_dir}")
+        data, state = build_state(config, device, prepared.data, built, checkpoint)
         summaries.record_start(
             run_dir,
             summary,
@@ -188,24 +196,27 @@ def _run(
             threads=torch.get_num_threads(),
             slurm_job_id=slurm_job_id(),
         )
+        params = [name for name, p in state.model.named_parameters() if p.requires_grad]
+        sites = [site.name for site in state.sites]
         events = None
         if run_dir is not None:
             events = EventWriter(run_dir, start_step=state.step)
             if checkpoint is None:
-                sizes = (len(data.x), data.x.shape[1], data.d_out)
+                examples = (len(data.x), data.x[0].numel(), data.d_out)
                 loss = loss_kind(config, data).value
-                events.declare(hparams(config, device, sizes, loss), varying)
-        batch = len(data.x) if config.data.batch_size is None else config.data.batch_size
-        sizes = {name: p.numel() for name, p in state.activation_params.items()}
+                events.declare(
+                    hparams(config, device, examples, loss), varying, layout(params, sites)
+                )
         stream = MetricStream(
-            min(batch, len(data.x)), config.model.hidden, len(state.weights), sizes
+            params,
+            [(site.name, site.units) for site in state.sites],
+            {name: p.numel() for name, p in state.activation_params().items()},
         )
         training = Training(
             config,
             run_dir,
             data,
             state,
-            activation,
             stream,
             Recorder(config, events, **state.recorded),
             stop,

@@ -11,28 +11,26 @@ import torch
 from torch import nn
 
 from reluexp.config import Config, ConfigError, config_dict
-from reluexp.functions.targets import Activation
 from reluexp.run.checkpoint import save_checkpoint
 from reluexp.run.data import Dataset, load_data
-from reluexp.run.model import init_weights
+from reluexp.run.model import Built, Capture, Site
 from reluexp.run.outcome import Outcome
 from reluexp.run.update import WeightUpdate
 
 # What a checkpoint's fields are: a checkpoint of another format is refused, not misread.
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 
 log = logging.getLogger("reluexp")
 
 
 @dataclass
 class RunState:
-    """What a run needs to go on: the weights, the activation's own parameters (a Module's,
-    trained with them), their update, and what the run has seen so far."""
+    """What a run needs to go on: its model (where the activation runs, and the capture that
+    sees it there), its update, and what the run has seen so far."""
 
-    weights: list[torch.Tensor]
-    # One per layer with model.bias, else none.
-    biases: list[torch.Tensor]
-    activation_params: dict[str, torch.Tensor]
+    model: nn.Module
+    sites: list[Site]
+    capture: Capture
     update: WeightUpdate
     step: int = 0
     # What its recorded steps mean: its losses, divergence, warnings (run/outcome.py).
@@ -46,6 +44,17 @@ class RunState:
     @property
     def wall_time_s(self) -> float:
         return self.earlier_wall_time_s + time.perf_counter() - self.segment_start
+
+    def activation_params(self) -> dict[str, torch.Tensor]:
+        """The activation Modules' own trained parameters, by their names in the model."""
+        placed = {id(m) for m in self.capture.instances}
+        return {
+            f"{name}.{param}" if name else param: p
+            for name, module in self.model.named_modules()
+            if id(module) in placed
+            for param, p in module.named_parameters(recurse=False)
+            if p.requires_grad
+        }
 
 
 def seeded_data(
@@ -61,31 +70,20 @@ def seeded_data(
 def build_state(
     config: Config,
     device: torch.device,
-    seeded: tuple[Dataset, torch.Generator],
+    data: Dataset,
+    built: Built,
     checkpoint: dict[str, Any] | None,
-    activation: Activation | None = None,
 ) -> tuple[Dataset, RunState]:
-    """The data and the run's state, fresh or from a checkpoint (already checked), on the
-    device; an activation Module is moved there too, its parameters trained with the weights."""
-    data, generator = seeded
-    weights = init_weights(
-        data.layer_sizes(config.model.hidden), generator, config.model.init.value
-    )
-    biases = [torch.zeros(w.shape[1]) for w in weights] if config.model.bias else []
-    if checkpoint is not None:
-        weights, biases = checkpoint["weights"], checkpoint.get("biases", [])
+    """The data and the run's state on the device in the run's dtype: the built model as it
+    starts, or as its checkpoint (already checked) left it, with its optimizer and RNG."""
     dtype = getattr(torch, config.dtype.value)
     data = data.to(device, dtype)
-    weights = [w.to(device, dtype).requires_grad_() for w in weights]
-    biases = [b.to(device, dtype).requires_grad_() for b in biases]
-    activation_params: dict[str, torch.Tensor] = {}
-    if isinstance(activation, nn.Module):
-        activation.to(device, dtype)
-        if checkpoint is not None:
-            activation.load_state_dict(checkpoint.get("activation", {}))
-        activation_params = dict(activation.named_parameters())
-    update = WeightUpdate(config, weights, biases, list(activation_params.values()))
-    state = RunState(weights, biases, activation_params, update, segment_start=time.perf_counter())
+    model = built.model.to(device=device, dtype=dtype)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+    params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    state = RunState(model, built.sites, built.capture, None, segment_start=time.perf_counter())
+    state.update = WeightUpdate(config, params, list(state.activation_params().values()))
     if checkpoint is not None:
         state.step = checkpoint["step"]
         state.outcome = Outcome(**checkpoint["outcome"])
@@ -106,9 +104,7 @@ def save_state(run_dir: Path, config: Config, state: RunState, recorded: dict[st
         {
             "format": CHECKPOINT_FORMAT,
             "step": state.step,
-            "weights": [w.detach() for w in state.weights],
-            "biases": [b.detach() for b in state.biases],
-            "activation": {name: p.detach() for name, p in state.activation_params.items()},
+            "model": state.model.state_dict(),
             "optimizer": state.update.state_dict(),
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
@@ -121,10 +117,10 @@ def save_state(run_dir: Path, config: Config, state: RunState, recorded: dict[st
 
 
 def check_checkpoint(
-    checkpoint: dict[str, Any], config: Config, sizes: list[int], where: str
+    checkpoint: dict[str, Any], config: Config, model: nn.Module, where: str
 ) -> None:
-    """Every field of a checkpoint (bytes already verified) makes sense for its config before
-    anything trains from it; otherwise one line naming the field."""
+    """Every field of a checkpoint (bytes already verified) makes sense for its config and the
+    model it built before anything trains from it; otherwise one line naming the field."""
 
     def refuse(name: str, why: str) -> None:
         raise ConfigError(f"{where}: checkpoint.pt's {name} {why}")
@@ -169,25 +165,20 @@ def check_checkpoint(
     wall_time = checkpoint.get("wall_time_s")
     if not number(wall_time) or not math.isfinite(wall_time) or wall_time < 0:
         refuse("wall_time_s", f"is {wall_time!r}: must be a finite number >= 0")
-    weights = checkpoint.get("weights")
-    expected = list(zip(sizes, sizes[1:]))
-    if not isinstance(weights, list) or not all(
-        isinstance(w, torch.Tensor) and w.is_floating_point() for w in weights
-    ):
-        refuse("weights", "are not a list of floating-point tensors")
-    shapes = [tuple(w.shape) for w in weights]
+    saved = checkpoint.get("model")
+    if not isinstance(saved, dict) or not all(isinstance(t, torch.Tensor) for t in saved.values()):
+        refuse("model", "is not a model's state (a dict of tensors)")
+    shapes = {name: tuple(t.shape) for name, t in saved.items()}
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     if shapes != expected:
-        refuse("weights", f"have the shapes {shapes}; the config's layers are {expected}")
-    biases = checkpoint.get("biases", [])
-    if [tuple(b.shape) if isinstance(b, torch.Tensor) else b for b in biases] != (
-        [(d_out,) for _, d_out in expected] if config.model.bias else []
-    ):
-        refuse("biases", "do not fit the config's layers (model.bias)")
-    activation = checkpoint.get("activation", {})
-    if not isinstance(activation, dict) or not all(
-        isinstance(p, torch.Tensor) for p in activation.values()
-    ):
-        refuse("activation", "is not a dict of tensors")
+        differs = next(
+            name for name in {**expected, **shapes} if shapes.get(name) != expected.get(name)
+        )
+        refuse(
+            "model",
+            f"has {differs} of shape {shapes.get(differs)}; the config's model has "
+            f"{expected.get(differs)}",
+        )
     rng = checkpoint.get("rng_cpu")
     if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8:
         refuse("rng_cpu", "is not a torch RNG state (a uint8 tensor)")

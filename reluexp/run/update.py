@@ -1,4 +1,4 @@
-"""How the weights move each step, built in one place: the seed's `w -= lr * w.grad`, or a
+"""How the parameters move each step, built in one place: the seed's `w -= lr * w.grad`, or a
 torch.optim optimizer."""
 
 from typing import Any
@@ -10,42 +10,39 @@ from reluexp.record.metrics import MetricRow, flat
 
 
 class WeightUpdate:
-    """A step's update of the weights and of what is trained beside them (biases, the
-    activation's own parameters). A recorded step's gradient norms are taken before it (it
-    consumes the gradients) and its weight norms after it."""
+    """A step's update of every trained parameter of the model (weights, biases, the
+    activation Modules' own). A recorded step's gradient norms are taken before it (it
+    consumes the gradients) and its parameters' norms after it."""
 
     def __init__(
         self,
         config: Config,
-        weights: list[torch.Tensor],
-        biases: list[torch.Tensor],
+        params: dict[str, torch.Tensor],
         activation_params: list[torch.Tensor],
     ):
-        self.weights = weights
-        # Views that follow the in-place updates: the weight norms without a reshape a step.
-        self.flat_weights = [flat(w) for w in weights]
-        # The activation's own parameters: trained the same way; their values stream.
+        self.params = list(params.values())
+        # Views that follow the in-place updates: the parameters' norms without a reshape a step.
+        self.flat_params = [flat(p) for p in self.params]
+        # The activation Modules' own parameters: their values stream too.
         self.activation_params = activation_params
-        self.beside = [*biases, *activation_params]
         self.lr = config.lr
-        trained = [*weights, *self.beside]
         # None: the seed's manual update, applied here.
         self.optimizer: torch.optim.Optimizer | None = None
         if config.optimizer == Optimizer.sgd:
-            self.optimizer = torch.optim.SGD(trained, lr=config.lr)
+            self.optimizer = torch.optim.SGD(self.params, lr=config.lr)
         elif config.optimizer == Optimizer.adam:
-            self.optimizer = torch.optim.Adam(trained, lr=config.lr)
+            self.optimizer = torch.optim.Adam(self.params, lr=config.lr)
 
     def __call__(self, row: MetricRow | None) -> None:
         if row is not None:
-            row.record_grad_norms(self.weights)
+            row.record_grad_norms(self.params)
         if self.optimizer is None:
-            self.seed_update([*self.weights, *self.beside])
+            self.seed_update(self.params)
         else:
             self.optimizer.step()
             self.optimizer.zero_grad()
         if row is not None:
-            row.record_weight_norms(self.flat_weights)
+            row.record_weight_norms(self.flat_params)
             row.record_activation_params(self.activation_params)
 
     def seed_update(self, tensors: list[torch.Tensor]) -> None:

@@ -9,7 +9,6 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp._compat import grid_jobs
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
 from reluexp.run.rundir import CHECKPOINT_NAME
 
@@ -77,6 +76,9 @@ def jobs_in(hydra_config: DictConfig) -> list[list[str]] | int:
     # The preset's params, then the command line: BasicSweeper's own order and merge.
     params = [f"{k}={v}" for k, v in (hydra_config.sweeper.get("params") or {}).items()]
     task = list(hydra_config.overrides.task)
+    # Here, not at the top: reluexp._compat imports torch, which --help does without.
+    from reluexp._compat import grid_jobs
+
     return grid_jobs(OverridesParser.create().parse_overrides(params + task))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from reluexp.record.events import Layout, loss_gap_series, write_derived
 from reluexp.record.figures import colormap, new_figure, png
-from reluexp.record.tags import IDENTICAL_LOG10, LAYOUT, LOSS, loss_band, loss_gap
+from reluexp.record.tags import IDENTICAL_LOG10, LOSS, layout, loss_band, loss_gap
 from reluexp.record.whole import write_whole
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
 from reluexp.sweeps.report.statistics import Group, finite, group_jobs, summary_rows
@@ -110,8 +110,9 @@ def report_layout(groups: list[Group]) -> Layout:
         for group in groups
         if group.reference is not None
     }
-    loss = {**LAYOUT["loss"], "log10 loss per group: mean over seeds, min-max band": bands}
-    return {**LAYOUT, "loss": loss | pairs}
+    loss = {**layout([], [])["loss"], "log10 loss per group: mean over seeds, min-max band": bands}
+    # TensorBoard merges every run's layout by category: the runs bring their own charts.
+    return {"loss": loss | pairs}
 
 
 def number(value: object, digits: int = 4) -> str:

@@ -1,0 +1,69 @@
+"""The digits study's training written by hand, as a user would without reluexp: the bare
+baseline of benchmarks/digits.py. scikit-learn's bundled digits (8x8 images, a fifth held out),
+batches of 128 in a new order each epoch, torch.relu, cross-entropy, w -= lr * w.grad at lr 0.1,
+a validation pass (loss and accuracy) every 10 steps and at the last, the loss printed every
+100. The model is the study's MLP (64-100-10, no biases) or its CNN (3x3 convolutions of 16 and
+32 channels, the second of stride 2, then a linear layer).
+
+    python benchmarks/digits_bare.py mlp|cnn [steps]
+"""
+
+import sys
+import time
+
+import torch
+from sklearn.datasets import load_digits
+from torch import nn
+
+BATCH, LR, EVAL_EVERY = 128, 0.1, 10
+
+
+def digits(generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    images, labels = load_digits(return_X_y=True)
+    x = torch.tensor(images / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8)
+    y = torch.tensor(labels)
+    order = torch.randperm(len(x), generator=generator)
+    held_out = round(0.2 * len(x))
+    return x[order[held_out:]], y[order[held_out:]], x[order[:held_out]], y[order[:held_out]]
+
+
+def network(name: str) -> nn.Module:
+    if name == "mlp":
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(64, 100, bias=False), nn.ReLU(), nn.Linear(100, 10, bias=False)
+        )
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(), nn.Flatten(), nn.Linear(32 * 4 * 4, 10),
+    )  # fmt: skip
+
+
+def train(name: str, steps: int) -> float:
+    """Seconds per step of the training loop."""
+    generator = torch.Generator().manual_seed(42)
+    x, y, x_val, y_val = digits(generator)
+    net = network(name)
+    per_epoch = len(x) // BATCH
+    start = time.perf_counter()
+    for step in range(steps):
+        index = step % per_epoch
+        if index == 0:
+            order = torch.randperm(len(x), generator=generator)
+        chosen = order[index * BATCH : (index + 1) * BATCH]
+        loss = nn.functional.cross_entropy(net(x[chosen]), y[chosen])
+        loss.backward()
+        with torch.no_grad():
+            if step % EVAL_EVERY == 0 or step == steps - 1:
+                logits = net(x_val)
+                nn.functional.cross_entropy(logits, y_val)
+                (logits.argmax(1) == y_val).double().mean()
+            for p in net.parameters():
+                p -= p.grad.mul_(LR)
+                p.grad = None
+        if step % 100 == 99:
+            print(step, loss.item())
+    return (time.perf_counter() - start) / steps
+
+
+if __name__ == "__main__":
+    train(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 500)
