@@ -1,12 +1,14 @@
 """Regenerate docs/tensorboard_*.png: the real TensorBoard pages for a custom_vs_builtin sweep,
-one per tab a person reads (SHOTS).
+one per tab a person reads (SHOTS), and a CNN's Custom Scalars, a chart per layer
+(tensorboard_layers.png).
 
     python docs/screenshot.py [SWEEP_DIR]
 
 Without SWEEP_DIR it runs `python -m reluexp -m experiment=custom_vs_builtin device=cpu` in a
 temporary directory first. The pictures show the sweep's report run, its group runs and its
 first seed's jobs: TensorBoard selects every run by default only up to 40 (the sweep has 35
-jobs, 7 groups and its report).
+jobs, 7 groups and its report). The CNN's is `python -m reluexp model=cnn data=digits
+activation=myrelu device=cpu steps=300`.
 Needs Debian's chromium (`apt-get install chromium`). TensorBoard listens on 127.0.0.1 only and
 is stopped at the end.
 """
@@ -80,6 +82,33 @@ def wait_for_scalars(url: str, expected: int, prefix: str, timeout: float = 180)
     raise SystemExit(f"TensorBoard at {url} had no {prefix}* in {expected} runs after {timeout} s")
 
 
+def cnn_run(logdir: Path) -> None:
+    command = [sys.executable, "-m", "reluexp", "model=cnn", "data=digits", "activation=myrelu"]
+    command += ["device=cpu", "steps=300", f"hydra.run.dir={logdir / 'cnn'}"]
+    subprocess.run(command, check=True, capture_output=True)
+
+
+def serve(logdir: Path) -> tuple[str, subprocess.Popen]:
+    """TensorBoard on logdir, on 127.0.0.1 only."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(logdir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return f"http://127.0.0.1:{port}", server
+
+
 def first_seed_and_groups(sweep_dir: Path, logdir: Path) -> int:
     """Copy the report run, the group runs and the jobs of the sweep's first seed into logdir;
     count the jobs."""
@@ -119,28 +148,21 @@ def main() -> None:
         sweep_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else sweep(Path(workdir))
         logdir = Path(workdir) / "logdir"
         jobs = first_seed_and_groups(sweep_dir, logdir)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tensorboard.main",
-                "--logdir",
-                str(logdir),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        url, server = serve(logdir)
         try:
             wait_for_scalars(url, jobs, "loss/train_log10")
             wait_for_scalars(url, 7, "lossrange_log10/")  # the group runs
             for name, page in SHOTS.items():
                 screenshot(f"{url}/{page}", HERE / f"tensorboard_{name}.png", workdir)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        layers = Path(workdir) / "layers"
+        cnn_run(layers)
+        url, server = serve(layers)
+        try:
+            wait_for_scalars(url, 1, "norm/grad_features.0.weight")
+            screenshot(f"{url}/#custom_scalars", HERE / "tensorboard_layers.png", workdir)
         finally:
             server.terminate()
             server.wait(timeout=30)

@@ -71,6 +71,9 @@ def test_readme_command_works_as_written(tmp_path, command):
         # The README's worked example: its Function, with the bug it plants.
         (source,) = [b for b in blocks("python") if "class MyReLU" in b]
         (tmp_path / "my_relu.py").write_text(source)
+    if "my_models." in command:  # "Your own model": its factories, as the README gives them
+        (source,) = [b for b in blocks("python") if "def mlp_with_norm" in b]
+        (tmp_path / "my_models.py").write_text(source)
     result = subprocess.run(
         shrunk(command), cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
