@@ -17,11 +17,42 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from benchmarks.common import alternate, machine, summarize, write_section
+from reluexp.lab import check_function
 from reluexp.lab.command import main as check
 from tests import corpus
 
 FLOOR = ["-c", "import torch, reluexp.lab"]
+# What an in-process check (check_function(..., training=False), as a user's test calls it) of
+# an elementwise Function may take.
+IN_PROCESS_BUDGET = 0.5
+
+
+def in_process_seconds(repetitions: int) -> dict[str, list[float]]:
+    """check_function(Swish, training=False) in this process, alternating with torch's own
+    gradcheck and gradgradcheck of the same Function on the lab's (4, 5) float64 input (the
+    baseline a user would otherwise write)."""
+    x = torch.randn(4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+    def lab() -> float:
+        start = time.perf_counter()
+        check_function(corpus.Swish, training=False)
+        return time.perf_counter() - start
+
+    def gradchecks() -> float:
+        leaf = x.clone().requires_grad_()
+        start = time.perf_counter()
+        torch.autograd.gradcheck(corpus.Swish.apply, (leaf,))
+        torch.autograd.gradgradcheck(corpus.Swish.apply, (leaf,))
+        return time.perf_counter() - start
+
+    lab()  # the first call imports and compiles what later ones reuse
+    return alternate(
+        {"`check_function(Swish, training=False)`": lab, "gradcheck + gradgradcheck": gradchecks},
+        repetitions,
+    )
 
 
 def median_function() -> tuple[str, list[str], dict[str, float]]:
@@ -100,6 +131,20 @@ def main() -> None:
     ]
     for stage in stages[0] if stages else []:
         lines.append(f"| {stage} | {statistics.median(s[stage] for s in stages):.3f} |")
+    quick = in_process_seconds(args.processes)
+    lab_seconds, baseline_seconds = (statistics.median(v) for v in quick.values())
+    lines += [
+        "",
+        f"In process, {args.processes} alternating repetitions (the first call left out):",
+        "",
+        "| call | seconds |",
+        "| --- | --- |",
+        *(f"| {label} | {summarize(values)} |" for label, values in quick.items()),
+        "",
+        f"The in-process check is **{lab_seconds / IN_PROCESS_BUDGET:.2f}x** its "
+        f"{IN_PROCESS_BUDGET} s budget and {lab_seconds / baseline_seconds:.1f}x torch's "
+        "gradcheck + gradgradcheck of the same Function.",
+    ]
     write_section("lab", "\n".join(lines))
     print("\n".join(lines))
 

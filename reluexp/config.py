@@ -102,6 +102,14 @@ class ActivationConfig:
             "takes. reluexp.check checks the backward against it."
         ),
     )
+    domain: list[float] | None = field(
+        default=None,
+        metadata=meaning(
+            "[low, high]: where reluexp.check checks the Function (bounds included; .inf for "
+            "none), for one documented on part of the real line. Unset, the lab checks where "
+            "the forward is finite."
+        ),
+    )
 
 
 class DataName(str, Enum):
@@ -328,6 +336,14 @@ def validate(config: Config) -> None:
         None,
         "required: a dotted path such as pkg.module.Name",
     )
+    domain = config.activation.domain
+    if domain is not None:
+        _require(
+            len(domain) == 2 and not math.isnan(domain[0]) and domain[0] < domain[1],
+            "activation.domain",
+            list(domain),
+            "expected [low, high] with low < high (.inf for no bound)",
+        )
     for key in ("n", "d_in", "d_out"):
         value = getattr(config.data, key)
         _require(value >= 1, f"data.{key}", value, "must be >= 1")

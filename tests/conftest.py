@@ -3,12 +3,14 @@ reluexp, with its own ReLU and with torch.relu (each step's loss, norms and coun
 process state every test starts from."""
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
 import torch
 
+from reluexp import hydra_glue
+from reluexp.config import Config
 from tests.helpers import seed_loop
 
 # A suite started in the background (CI under nohup, `pytest &`) inherits SIGINT ignored, and so
@@ -18,6 +20,17 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 # torch's own thread count, which `python -m reluexp` runs with: the independent loop runs with
 # it too, whatever a test in this process set (BLAS rounds differently at another count).
 DEFAULT_THREADS = torch.get_num_threads()
+
+
+@pytest.fixture
+def composed() -> Callable[..., Config]:
+    """The Config `python -m reluexp <overrides>` runs: composed by Hydra from conf/ with the
+    overrides, typed and normalized, without running anything."""
+
+    def compose(*overrides: str) -> Config:
+        return hydra_glue.task_config(hydra_glue.compose_config(list(overrides)))
+
+    return compose
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,11 @@ documentation examples. CORRECT ones must pass the lab; PLANTED ones must fail i
 
 Each entry: the overrides that name it to reluexp.check."""
 
+import math
+import os
+import time
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -881,6 +886,160 @@ class SwishBeta(nn.Module):
         return SwishBetaFunction.apply(x, self.beta)
 
 
+# -- not elementwise, several inputs, a domain, a jump, float32 constants (lab V) ------------
+
+
+class SoftmaxAlongDim(torch.autograd.Function):
+    """A normalizer along a dimension, as entmax/sparsemax-style libraries write one: saves its
+    output, the row term in its backward."""
+
+    @staticmethod
+    def forward(ctx, x, dim=-1):
+        y = torch.softmax(x, dim=dim)
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (y,) = ctx.saved_tensors
+        inner = (grad_output * y).sum(dim=ctx.dim, keepdim=True)
+        return y * (grad_output - inner), None
+
+
+class SoftmaxDroppingRowTerm(SoftmaxAlongDim):
+    """Planted: the backward of y_i alone, without the row's sum."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (y,) = ctx.saved_tensors
+        return y * grad_output, None
+
+
+class HalfReluHalfTanh(torch.autograd.Function):
+    """Rows that follow different rules by position: the first half of the units ReLU, the
+    second tanh (a mixed layer)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        half = x.shape[-1] // 2
+        return torch.cat([x[..., :half].clamp(min=0), torch.tanh(x[..., half:])], dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        half = x.shape[-1] // 2
+        slope = torch.cat([(x[..., :half] > 0).to(x.dtype), 1 - torch.tanh(x[..., half:]) ** 2], -1)
+        return grad_output * slope
+
+
+class ScaledShiftedTanh(torch.autograd.Function):
+    """Three inputs: alpha * tanh(x) + beta, alpha and beta tensors (apply(x, alpha, beta)),
+    a gradient for each."""
+
+    @staticmethod
+    def forward(ctx, x, alpha: torch.Tensor, beta: torch.Tensor):
+        ctx.save_for_backward(x, alpha)
+        return alpha * torch.tanh(x) + beta
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, alpha = ctx.saved_tensors
+        t = torch.tanh(x)
+        grad_alpha = (grad_output * t).sum().reshape(alpha.shape)
+        return grad_output * alpha * (1 - t * t), grad_alpha, grad_output.sum().reshape(alpha.shape)
+
+
+class ScaledShiftedTanhWrongAlpha(ScaledShiftedTanh):
+    """Planted: alpha's gradient from the input instead of tanh of it."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, alpha = ctx.saved_tensors
+        t = torch.tanh(x)
+        grad_alpha = (grad_output * x * 0.5).sum().reshape(alpha.shape)
+        return grad_output * alpha * (1 - t * t), grad_alpha, grad_output.sum().reshape(alpha.shape)
+
+
+class LogOfPositive(torch.autograd.Function):
+    """A log documented for x > 0: NaN below, -inf at 0; its backward 1 / x."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.log(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output / x
+
+
+class LogOfPositiveHalved(LogOfPositive):
+    """Planted: 1 / (2x) inside the domain."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output / (2 * x)
+
+
+class HeavisideAtOrAbove(torch.autograd.Function):
+    """A step that is 1 at the threshold itself, its straight-through surrogate 1 from the
+    threshold on: at exactly 0 forward and backward take the upper side, the surrogate as
+    documented (1 for x > 0) the lower."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x >= 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * (x >= 0).to(grad_output.dtype)
+
+
+def above_zero(x):
+    return (x > 0).to(x.dtype)
+
+
+class ErfSurrogateFloat32Constant(torch.autograd.Function):
+    """A spike whose erf surrogate's constant 2 / sqrt(pi) comes from a float32 tensor, in
+    float64 math: 3e-8 relative off, whatever the dtype."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x > 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        constant = 2 / torch.sqrt(torch.tensor(math.pi))
+        return grad_output * (constant * torch.exp(-x * x)).to(grad_output.dtype)
+
+
+def erf_derivative(x):
+    return 2 / math.sqrt(math.pi) * torch.exp(-x * x)
+
+
+class HangingBackward(torch.autograd.Function):
+    """A backward that never returns (for Ctrl-C): it touches the file named by
+    $RELUEXP_TEST_MARKER first, so a test knows it hangs."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        Path(os.environ["RELUEXP_TEST_MARKER"]).touch()
+        while True:
+            time.sleep(0.1)
+
+
 def entry(target: str, reference: str | None, *overrides: str) -> list[str]:
     named = [] if reference is None else [f"activation.reference={reference}"]
     return ["activation=custom", f"activation.target={target}", *named, *overrides]
@@ -899,6 +1058,28 @@ SPIKE = [
 ]
 
 CORRECT = {
+    "softmax_along_dim": entry(
+        "tests.corpus.SoftmaxAlongDim", "torch.softmax", "+activation.params.dim=-1"
+    ),
+    "half_relu_half_tanh": entry("tests.corpus.HalfReluHalfTanh", None),
+    "three_inputs": entry(
+        "tests.corpus.ScaledShiftedTanh",
+        None,
+        "+activation.params.alpha=0.8",
+        "+activation.params.beta=0.1",
+    ),
+    "log_of_positive": entry("tests.corpus.LogOfPositive", "torch.log"),
+    "heaviside_at_or_above": entry(
+        "tests.corpus.HeavisideAtOrAbove",
+        "tests.corpus.heaviside",
+        "activation.surrogate=tests.corpus.above_zero",
+    ),
+    "erf_surrogate_float32_constant": entry(
+        "tests.corpus.ErfSurrogateFloat32Constant",
+        "tests.corpus.heaviside",
+        "activation.surrogate=tests.corpus.erf_derivative",
+    ),
+    "after_a_diverging_experiment": entry("reluexp.functions.MyReLU", "torch.relu", "lr=0.01"),
     "swish": entry("tests.corpus.Swish", "torch.nn.functional.silu"),
     "mish": entry("tests.corpus.Mish", "torch.nn.functional.mish"),
     "tanh_from_output": entry("tests.corpus.TanhSavingOutput", "torch.tanh"),
@@ -962,6 +1143,16 @@ CORRECT = {
     ),
 }
 PLANTED = {
+    "normalizer_without_row_term": entry(
+        "tests.corpus.SoftmaxDroppingRowTerm", "torch.softmax", "+activation.params.dim=-1"
+    ),
+    "wrong_second_input": entry(
+        "tests.corpus.ScaledShiftedTanhWrongAlpha",
+        None,
+        "+activation.params.alpha=0.8",
+        "+activation.params.beta=0.1",
+    ),
+    "wrong_inside_its_domain": entry("tests.corpus.LogOfPositiveHalved", "torch.log"),
     "doubled": entry("tests.corpus.DoubledSwish", "torch.nn.functional.silu"),
     "wrong_constant": entry("tests.corpus.GELUWrongConstant", "torch.nn.functional.gelu"),
     "wrong_sign_by_a_kink": entry(

@@ -17,12 +17,8 @@ from tests.helpers import EXPERIMENTS, SHIPPED_ACTIVATIONS
 pytestmark = pytest.mark.compat
 
 
-def compose_config(*overrides: str) -> Config:
-    return hydra_glue.task_config(hydra_glue.compose_config(list(overrides)))
-
-
-def test_defaults_are_the_reference_experiment():
-    config = compose_config()
+def test_defaults_are_the_reference_experiment(composed):
+    config = composed()
     assert isinstance(config, Config)
     assert (config.data.n, config.data.d_in, config.model.hidden, config.data.d_out) == (
         64,
@@ -38,26 +34,26 @@ def test_defaults_are_the_reference_experiment():
 
 
 @pytest.mark.parametrize("name", SHIPPED_ACTIVATIONS)
-def test_every_activation_composes_and_resolves(name):
-    config = compose_config(f"activation={name}")
+def test_every_activation_composes_and_resolves(name, composed):
+    config = composed(f"activation={name}")
     assert config.activation.name == name
     assert isinstance(resolve_activation(config.activation.target)(), torch.nn.Module)
     if config.activation.reference is not None:
         assert isinstance(resolve_activation(config.activation.reference)(), torch.nn.Module)
 
 
-def test_custom_activation_needs_a_target():
+def test_custom_activation_needs_a_target(composed):
     with pytest.raises(ConfigError, match="activation.target=None: required"):
-        validate(compose_config("activation=custom"))
-    config = compose_config("activation=custom", "activation.target=torch.tanh")
+        validate(composed("activation=custom"))
+    config = composed("activation=custom", "activation.target=torch.tanh")
     assert (
         resolve_activation(config.activation.target) is not None
         and config.activation.reference is None
     )
 
 
-def test_activation_params_reach_the_callable():
-    config = compose_config("activation=leaky_relu", "activation.params.negative_slope=0.5")
+def test_activation_params_reach_the_callable(composed):
+    config = composed("activation=leaky_relu", "activation.params.negative_slope=0.5")
     layer = resolve_activation(config.activation.target, config.activation.params)()
     assert layer(torch.tensor([-2.0])).item() == -1.0
 
@@ -68,8 +64,8 @@ def test_every_experiment_composes(name):
     assert cfg.hydra.sweeper.params, f"{name} sweeps nothing"
 
 
-def test_overrides_are_typed():
-    config = compose_config("lr=1e-3", "model.hidden=[64,32]", "dtype=float64", "threads=1")
+def test_overrides_are_typed(composed):
+    config = composed("lr=1e-3", "model.hidden=[64,32]", "dtype=float64", "threads=1")
     assert config.lr == 1e-3 and config.model.hidden == [64, 32]
     assert config.dtype is Dtype.float64 and config.threads == 1
 
@@ -84,9 +80,9 @@ def test_overrides_are_typed():
         ("activation=nope", "Could not find 'activation/nope'"),
     ],
 )
-def test_bad_overrides_fail_at_compose_time_naming_the_key(override, message):
+def test_bad_overrides_fail_at_compose_time_naming_the_key(override, message, composed):
     with pytest.raises(ConfigCompositionException) as raised:
-        compose_config(override)
+        composed(override)
     assert message in str(raised.value) + str(raised.value.__cause__)
 
 
@@ -131,12 +127,12 @@ def help_training_examples() -> list[list[str]]:
 
 
 @pytest.mark.parametrize("overrides", help_training_examples(), ids=" ".join)
-def test_every_help_example_trains(tmp_path, overrides):
+def test_every_help_example_trains(tmp_path, overrides, composed):
     """--help's examples produce runs that learn: no vanished gradients, the loss falls."""
     from reluexp.record.events import read_scalars
     from reluexp.run import runner
 
-    config = compose_config(*overrides, "steps=200", "device=cpu", "quiet=true")
+    config = composed(*overrides, "steps=200", "device=cpu", "quiet=true")
     runner.run(config, tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["warnings"] == []

@@ -505,18 +505,29 @@ def test_a_final_checkpoint_that_does_not_fit_is_a_full_disk_not_a_torch_error(
     assert (run_dir / "reluexp.log").read_text().strip()
 
 
-@pytest.mark.slow
-def test_a_full_disk_at_start_is_one_line_and_leaves_no_directory(tmp_path, small_disk):
-    with pytest.raises(OSError), (small_disk / "filler").open("wb", buffering=0) as filler:
+def fill(disk: Path, leave: int = 0) -> None:
+    """Fill the disk, then free `leave` bytes of it."""
+    filler = disk / "filler"
+    with pytest.raises(OSError), filler.open("wb", buffering=0) as filling:
         for _ in range(1000):
-            filler.write(bytes(4096))
-    run_dir = small_disk / "run"
+            filling.write(bytes(4096))
+    os.truncate(filler, filler.stat().st_size - leave)
+
+
+def refused_without_a_directory(tmp_path: Path, disk: Path) -> None:
+    run_dir = disk / "run"
     result = run_cli("steps=5", f"hydra.run.dir={run_dir}", *SMALL, cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert result.stderr.strip() == (
         f"reluexp: error: hydra.run.dir={run_dir}: cannot write there (No space left on device)"
     )
     assert not run_dir.exists()
+
+
+@pytest.mark.slow
+def test_a_full_disk_at_start_is_one_line_and_leaves_no_directory(tmp_path, small_disk):
+    fill(small_disk)
+    refused_without_a_directory(tmp_path, small_disk)
 
 
 @pytest.mark.slow
@@ -526,20 +537,10 @@ def test_a_disk_with_room_for_hydras_files_but_not_the_reserve_gets_no_directory
     """42.5: 72 KB free passed the 64 KB probe; Hydra's files then left too little for the
     run's 64 KB reserve, and the refusal left a run directory with .hydra/, the lock and an
     empty log."""
-    filler = small_disk / "filler"
-    with pytest.raises(OSError), filler.open("wb", buffering=0) as filling:
-        for _ in range(1000):
-            filling.write(bytes(4096))
-    os.truncate(filler, filler.stat().st_size - 72 * 1024)
+    fill(small_disk, leave=72 * 1024)
     free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
     assert 64 * 1024 < free < 96 * 1024
-    run_dir = small_disk / "run"
-    result = run_cli("steps=5", f"hydra.run.dir={run_dir}", *SMALL, cwd=tmp_path, check=False)
-    assert result.returncode == 2
-    assert result.stderr.strip() == (
-        f"reluexp: error: hydra.run.dir={run_dir}: cannot write there (No space left on device)"
-    )
-    assert not run_dir.exists()
+    refused_without_a_directory(tmp_path, small_disk)
 
 
 # 9. Values that cannot run are one line before any directory is made.

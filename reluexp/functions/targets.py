@@ -161,7 +161,20 @@ def checked_params(obj: object, params: dict[str, Any], path: str) -> tuple[Any,
     missing = [p.name for p in parameters if p.name not in params and p.default is p.empty]
     if missing:
         raise ConfigError(f"activation.params.{missing[0]}: {path} needs it")
-    return tuple(params.get(p.name, p.default) for p in parameters)
+    return tuple(as_argument(p, params.get(p.name, p.default)) for p in parameters)
+
+
+# How a Function's forward may annotate an argument that is a tensor (apply(x, w, b)).
+TENSOR_ANNOTATIONS = (torch.Tensor, "torch.Tensor", "Tensor")
+
+
+def as_argument(parameter: inspect.Parameter, value: Any) -> Any:
+    """A number or a list of them for an argument the forward annotates as a tensor: the tensor
+    (a config holds no tensors)."""
+    numbers = isinstance(value, int | float | list | tuple) and not isinstance(value, bool)
+    if numbers and parameter.annotation in TENSOR_ANNOTATIONS:
+        return torch.tensor(value, dtype=torch.get_default_dtype())
+    return value
 
 
 def accepted(obj: object, params: dict[str, Any]) -> dict[str, Any]:

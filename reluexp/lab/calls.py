@@ -3,14 +3,11 @@ one line naming the user's code; anything else that goes wrong inside a check is
 error, kept with its traceback."""
 
 import re
-import traceback
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
-from reluexp.lab.findings import Finding, Status
 from reluexp.lab.subject import Subject, Tensors
 
 
@@ -83,20 +80,6 @@ def forward_backward(
         raise UserError("backward returned None for the input")
     grads = list(grads) if x.requires_grad else [None, *grads]
     return y.detach(), grads, subject.record.take()
-
-
-def guarded(group: str, name: str, subject: Subject, check: Callable[[], Finding]) -> Finding:
-    """A check whose Function raises, or returns what cannot be right, is `wrong` in one line;
-    a check that fails in the lab's own code is an error of the lab, with its traceback.
-    torch's warnings about the user's Function stay out of the terminal."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return check()
-    except UserError as error:
-        return Finding(group, name, Status.WRONG, str(error))
-    except Exception as error:
-        return Finding(group, name, Status.ERROR, raised(error), traceback=traceback.format_exc())
 
 
 def computed_in(*dtypes: torch.dtype) -> torch.dtype:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from reluexp.lab.shape import WHOLE_LINE, Domain
 from reluexp.lab.subject import Subject
 
 # Where kinks are looked for, and how far random inputs keep from them.
@@ -56,11 +57,12 @@ def refine(value: Callable[[float], float], a: float, b: float) -> float:
     return rounded if abs(rounded - b) < 1e-6 * max(1.0, abs(b)) else b
 
 
-def find_kinks(subject: Subject) -> list[Kink]:
-    """The forward's kinks in [-KINK_RANGE, KINK_RANGE], from its float64 values on a fine
-    grid: a step where its value jumps between neighbouring points, a kink where its slope does
-    (over one or two intervals), each refined by bisection."""
-    grid = torch.linspace(-KINK_RANGE, KINK_RANGE, GRID_POINTS, dtype=torch.float64)
+def find_kinks(subject: Subject, domain: Domain) -> list[Kink]:
+    """The forward's kinks in [-KINK_RANGE, KINK_RANGE] (inside the domain), from its float64
+    values on a fine grid: a step where its value jumps between neighbouring points, a kink
+    where its slope does (over one or two intervals), each refined by bisection."""
+    low, high = domain.inner(KINK_RANGE)
+    grid = torch.linspace(low, high, GRID_POINTS, dtype=torch.float64)
     spacing = (grid[1] - grid[0]).item()
     y = subject.forward(grid).double()
 
@@ -101,11 +103,16 @@ def find_kinks(subject: Subject) -> list[Kink]:
 
 
 def sample(
-    shape: tuple[int, ...], generator: torch.Generator, kinks: list[Kink], spread: float = 3.0
+    shape: tuple[int, ...],
+    generator: torch.Generator,
+    kinks: list[Kink],
+    spread: float = 3.0,
+    domain: Domain = WHOLE_LINE,
 ) -> torch.Tensor:
-    """float64 normal samples times `spread`, pushed at least KINK_MARGIN away from every kink
-    (finite differences and dtype rounding never straddle one)."""
-    x = torch.randn(shape, generator=generator, dtype=torch.float64) * spread
+    """float64 normal samples times `spread` (placed inside the domain), pushed at least
+    KINK_MARGIN away from every kink (finite differences and dtype rounding never straddle
+    one)."""
+    x = domain.place(torch.randn(shape, generator=generator, dtype=torch.float64), spread)
     for kink in kinks:
         offset = x - kink.x
         near = offset.abs() < KINK_MARGIN
@@ -144,12 +151,12 @@ class Edge:
     ones: bool = False
 
 
-def edge_cases(kinks: list[Kink]) -> list[Edge]:
+def edge_cases(kinks: list[Kink], domain: Domain) -> list[Edge]:
     """Exact zeros, non-finite values, empty and 0-dim tensors, strides, no grad, devices."""
     generator = torch.Generator().manual_seed(2)
 
     def randn(*shape: int, **kwargs: object) -> torch.Tensor:
-        return sample(shape, generator, kinks).float().to(**kwargs)
+        return sample(shape, generator, kinks, domain=domain).float().to(**kwargs)
 
     non_finite = torch.tensor([math.inf, -math.inf, math.nan, 2.0])
     cases = [

@@ -1,51 +1,64 @@
 """The checks of question (a), is the backward the derivative of this forward (or of the
 declared surrogate)? What the Function returns, gradcheck and every element, double backward,
-every dtype, the kinks, the edge cases and large inputs; this alone decides `wrong`."""
+every dtype, the kinks, the edge cases and large inputs; this alone decides `wrong`. Each
+function makes a stage's checks from the context; the stage runner runs them."""
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from reluexp.functions.targets import changes_its_input
-from reluexp.lab.calls import UserError, computed_in, forward_backward, guarded, users_code
-from reluexp.lab.cases import Kink, edge_cases, large_values, sample, upstream
-from reluexp.lab.compare import compare, compared
+from reluexp.lab.calls import UserError, computed_in, forward_backward, users_code
+from reluexp.lab.cases import Edge, Kink, edge_cases, large_values, upstream
+from reluexp.lab.compare import compare
+from reluexp.lab.context import Check, Context, Learnt, Probe
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.judge import LOW_PRECISION, dtype_name
-from reluexp.lab.oracle import Oracle
+from reluexp.lab.oracle import FD_MAX_ELEMENTS
 from reluexp.lab.subject import Subject
 
-FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+def compared(
+    group: str,
+    name: str,
+    context: Context,
+    x: torch.Tensor,
+    grad_output: torch.Tensor | None = None,
+    convention: torch.Tensor | None = None,
+    kinks: list[Kink] | None = None,
+) -> Finding:
+    """compare() as a finding: a random upstream gradient unless one is given. A Function that
+    is not elementwise is judged on inputs of at most two dimensions: how its outputs depend on
+    its inputs was learnt on 2-D ones (a row of dim -1 of a 3-D input is another question)."""
+    if not context.structure.elementwise and x.dim() > 2:
+        detail = (
+            f"not judged: a {x.dim()}-D input; how this Function's outputs depend on its inputs "
+            "was learnt on 2-D ones"
+        )
+        return Finding(group, name, Status.UNSUPPORTED, detail)
+    g = upstream(x) if grad_output is None else grad_output
+    kinks = list(context.kinks) if kinks is None else kinks
+    verdict = compare(context.subject, context.truth, x, g, kinks, convention)
+    return Finding(group, name, verdict.status, verdict.detail, verdict.at)
 
 
-@dataclass(frozen=True)
-class Probe:
-    """What the returns check learnt: the dtype the Function computes in for a float64 input
-    (a forward returning a float32 mask computes in float32), and whether its forward is
-    random (then no training run can be compared step for step)."""
-
-    float64_computed_in: torch.dtype = torch.float64
-    random: bool = False
-
-
-def returns_check(subject: Subject) -> tuple[Finding, Probe]:
+def returns_checks(context: Context) -> list[Check]:
     """What every other check relies on: the forward leaves its input alone (an in-place forward
     corrupts training) and returns a floating tensor of the input's shape; the backward returns
     a gradient for the input; a declared surrogate returns one value per input. What autograd
     does with another dtype is said (info), as is a forward that is random."""
+    subject = context.subject
     group = name = "returns"
-    probe = Probe()
 
-    def check() -> Finding:
-        nonlocal probe
+    def check() -> Learnt:
         with users_code(subject):
             in_place = changes_its_input(lambda x: subject.call(x, *subject.inputs(x)))
         if in_place:
             raise UserError("forward changed its input in place (x.op_() or x[...] = ...)")
-        notes = []
+        notes, probe = [], Probe()
         for dtype in (torch.float32, torch.float64):
-            x = sample((4, 5), torch.Generator().manual_seed(6), []).to(dtype).requires_grad_()
+            x = context.sample((4, 5), torch.Generator().manual_seed(6)).to(dtype)
+            x.requires_grad_()
             y, _, raw = forward_backward(subject, subject.call, x, upstream(x))
             if not y.is_floating_point() or y.shape != x.shape:
                 raise UserError(
@@ -67,7 +80,7 @@ def returns_check(subject: Subject) -> tuple[Finding, Probe]:
             if dtype == torch.float64:
                 with users_code(subject):
                     again = subject.forward(x)
-                random = not torch.equal(again, y)
+                random = not torch.equal(again.nan_to_num(), y.nan_to_num())
                 probe = Probe(computed_in(dtype, *returned), random)
                 if random:
                     notes.append("its forward is random: two calls on one input differ")
@@ -79,11 +92,11 @@ def returns_check(subject: Subject) -> tuple[Finding, Probe]:
                             f"the declared surrogate returned {describe_value(derivative)} for a "
                             f"{tuple(x.shape)} input: it must return the derivative per element"
                         )
-        if notes:
-            return Finding(group, name, Status.INFO, "; ".join(dict.fromkeys(notes)))
-        return Finding(group, name, Status.PASS)
+        status = Status.INFO if notes else Status.PASS
+        finding = Finding(group, name, status, "; ".join(dict.fromkeys(notes)))
+        return Learnt([finding], {"probe": probe})
 
-    return guarded(group, name, subject, check), probe
+    return [Check(group, name, check, needed=True)]
 
 
 def describe_value(value: object) -> str:
@@ -92,59 +105,63 @@ def describe_value(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
-def gradient_checks(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> list[Finding]:
+def gradient_checks(context: Context) -> list[Check]:
     """The backward against the oracle in float64, off the kinks: gradcheck on a (4, 5) input
-    and every parameter (not for a declared surrogate, which is not the forward's derivative),
-    then every element of a (64, 100) input with a random upstream gradient (gradcheck's
-    tolerance lets a slightly wrong constant through; this does not)."""
-    group = "gradients"
-    findings = []
-    if subject.surrogate is not None:
-        findings.append(Finding(group, "gradcheck", Status.INFO, oracle.reason))
-    else:
-        x = sample((4, 5), torch.Generator().manual_seed(0), kinks).requires_grad_()
+    and every tensor input (not for a declared surrogate, which is not the forward's
+    derivative), then every element of a (64, 100) input with a random upstream gradient
+    (gradcheck's tolerance lets a slightly wrong constant through; this does not)."""
+    subject, oracle, group = context.subject, context.truth, "gradients"
+    x = context.sample((4, 5), torch.Generator().manual_seed(0)).requires_grad_()
 
-        def first_order() -> Finding:
-            inputs = (x, *subject.inputs(x))
-            with users_code(subject):
-                passed = torch.autograd.gradcheck(subject.call, inputs, raise_exception=False)
-            if passed:
-                return Finding(group, "gradcheck (4, 5)", Status.PASS)
-            # Ones read as the derivative; a random upstream gradient finds a backward that
-            # ignores it.
-            verdict = compare(subject, oracle, x, torch.ones_like(x), kinks)
-            if verdict.status == Status.PASS:
-                verdict = compare(subject, oracle, x, upstream(x), kinks)
-            detail = verdict.detail or "the Jacobian differs from finite differences"
-            return Finding(group, "gradcheck (4, 5)", Status.WRONG, detail, verdict.at)
+    def first_order() -> Finding:
+        inputs = (x, *subject.inputs(x))
+        with users_code(subject):
+            passed = torch.autograd.gradcheck(subject.call, inputs, raise_exception=False)
+        if passed:
+            return Finding(group, "gradcheck (4, 5)", Status.PASS)
+        # Ones read as the derivative; a random upstream gradient finds a backward that
+        # ignores it.
+        verdict = compare(subject, oracle, x, torch.ones_like(x), list(context.kinks))
+        if verdict.status == Status.PASS:
+            verdict = compare(subject, oracle, x, upstream(x), list(context.kinks))
+        detail = verdict.detail or "the Jacobian differs from finite differences"
+        return Finding(group, "gradcheck (4, 5)", Status.WRONG, detail, verdict.at)
 
-        findings.append(guarded(group, "gradcheck (4, 5)", subject, first_order))
-    if findings[0].status in (Status.PASS, Status.INFO):
-        name = "derivative (64, 100) every element"
-        if oracle.kind == "finite differences" and not oracle.elementwise:
-            findings.append(
-                Finding(group, name, Status.UNSUPPORTED, "the Function is not elementwise")
+    name = "derivative (64, 100) every element"
+    big = context.sample((64, 100), torch.Generator().manual_seed(3)).requires_grad_()
+    too_many = oracle.structure.kind == "general" and big.numel() > FD_MAX_ELEMENTS
+
+    def every_element() -> Finding:
+        if oracle.kind == "finite differences" and too_many:
+            detail = (
+                "each output depends on inputs beyond its row: finite differences of every "
+                "input one at a time are not taken (gradcheck (4, 5) decides)"
             )
-        else:
-            x = sample((64, 100), torch.Generator().manual_seed(3), kinks).requires_grad_()
-            findings.append(compared(group, name, subject, oracle, x, kinks))
-    return findings
+            return Finding(group, name, Status.UNSUPPORTED, detail)
+        return compared(group, name, context, big)
+
+    if subject.surrogate is not None:
+        surrogate = Finding(group, "gradcheck", Status.INFO, oracle.reason)
+        checks = [Check(group, "gradcheck", lambda: surrogate)]
+    else:
+        checks = [Check(group, "gradcheck (4, 5)", first_order)]
+    return [*checks, Check(group, name, every_element)]
 
 
-def double_backward_check(subject: Subject, kinks: list[Kink], probe: Probe) -> Finding:
+def double_backward_checks(context: Context) -> list[Check]:
     """gradgradcheck: is the backward itself differentiable, correctly? It matters only to a
     double backward (gradient penalties, Hessians): its own finding."""
-    group, name = "double backward", "gradgradcheck (4, 5)"
-    x = sample((4, 5), torch.Generator().manual_seed(0), kinks).requires_grad_()
-    if probe.float64_computed_in != torch.float64:
-        detail = (
-            f"not checked: for a float64 input it computes in "
-            f"{dtype_name(probe.float64_computed_in)}, and gradgradcheck's finite differences "
-            "need float64"
-        )
-        return Finding(group, name, Status.UNSUPPORTED, detail)
+    subject, group, name = context.subject, "double backward", "gradgradcheck (4, 5)"
+    x = context.sample((4, 5), torch.Generator().manual_seed(0)).requires_grad_()
+    computes_in = context.probe.float64_computed_in
 
     def check() -> Finding:
+        if computes_in != torch.float64:
+            detail = (
+                f"not checked: for a float64 input it computes in {dtype_name(computes_in)}, "
+                "and gradgradcheck's finite differences need float64"
+            )
+            return Finding(group, name, Status.UNSUPPORTED, detail)
         try:
             passed = torch.autograd.gradgradcheck(
                 subject.call, (x, *subject.inputs(x)), raise_exception=False
@@ -168,52 +185,44 @@ def double_backward_check(subject: Subject, kinks: list[Kink], probe: Probe) -> 
             "unaffected",
         )
 
-    return guarded(group, name, subject, check)
+    return [Check(group, name, check)]
 
 
-def parity_checks(
-    subject: Subject, oracle: Oracle, kinks: list[Kink], dtypes: tuple[torch.dtype, ...]
-) -> list[Finding]:
+def parity_checks(context: Context) -> list[Check]:
     """Forward and backward on random inputs off the kinks in every floating dtype; a Function
-    that cannot run in half precision is reported, not failed."""
+    that cannot run in half precision (or, not elementwise the same way everywhere, in another
+    shape) is reported, not failed."""
     generator = torch.Generator().manual_seed(1)
-    findings = []
-    for dtype in dtypes:
-        x = sample((64, 100), generator, kinks).to(dtype).requires_grad_()
-        findings.append(
-            compared(
+    checks = []
+    for dtype in context.options.dtypes:
+        x = context.sample((64, 100), generator).to(dtype).requires_grad_()
+        name = f"parity {dtype_name(dtype)}"
+        checks.append(
+            Check(
                 "parity",
-                f"parity {dtype_name(dtype)}",
-                subject,
-                oracle,
-                x,
-                kinks,
-                limit=dtype in LOW_PRECISION,
+                name,
+                lambda name=name, x=x: compared("parity", name, context, x),
+                Status.UNSUPPORTED if dtype in LOW_PRECISION else Status.WRONG,
             )
         )
-    x = sample((2, 3, 50), generator, kinks).float().requires_grad_()
-    findings.append(compared("parity", "parity (2, 3, 50) float32", subject, oracle, x, kinks))
-    return findings
+    x = context.sample((2, 3, 50), generator).float().requires_grad_()
+    name = "parity (2, 3, 50) float32"
+    other_shape = Status.WRONG if context.structure.pointwise else Status.UNSUPPORTED
+    checks.append(Check("parity", name, lambda: compared("parity", name, context, x), other_shape))
+    return checks
 
 
-def kink_checks(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> list[Finding]:
+def kink_checks(context: Context) -> list[Check]:
     """Each kink on its own: at it, a different value is a convention, reported with the
     forward's one-sided derivatives; just beside it, the backward must be the oracle's."""
-    findings = []
-    for kink in kinks:
+
+    def at(kink: Kink) -> Finding:
         name = f"kink at x={kink.x:g}"
         for dtype in (torch.float64, torch.float32):
             beside = 1e-3 * max(1.0, abs(kink.x))
             x = torch.tensor([kink.x, kink.x - beside, kink.x + beside], dtype=dtype)
-            finding = compared(
-                "kinks",
-                name,
-                subject,
-                oracle,
-                x.requires_grad_(),
-                [kink],
-                grad_output=torch.ones_like(x),
-            )
+            x.requires_grad_()
+            finding = compared("kinks", name, context, x, torch.ones_like(x), kinks=[kink])
             if finding.status == Status.CONVENTION:
                 if kink.step:
                     finding.detail += (
@@ -226,56 +235,70 @@ def kink_checks(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> list[Fin
                     )
             if finding.status != Status.PASS:
                 break
-        findings.append(finding)
-    return findings
+        return finding
 
-
-def edge_checks(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> list[Finding]:
-    """Exact zeros, non-finite values, empty and 0-dim tensors, strides, no grad, devices: a
-    Function that raises on one has a limit, reported."""
     return [
-        compared(
-            "edges",
-            edge.name,
-            subject,
-            oracle,
-            edge.x,
-            kinks,
-            edge.convention,
-            torch.ones_like(edge.x) if edge.ones else None,
-            limit=True,
-        )
-        for edge in edge_cases(kinks)
+        Check("kinks", f"kink at x={kink.x:g}", lambda kink=kink: at(kink))
+        for kink in context.kinks
     ]
 
 
-def range_checks(
-    subject: Subject,
-    oracle: Oracle,
-    kinks: list[Kink],
-    preactivations: dict[str, torch.Tensor],
-    dtypes: tuple[torch.dtype, ...],
-) -> list[Finding]:
+def edge_checks(context: Context) -> list[Check]:
+    """Exact zeros, non-finite values, empty and 0-dim tensors, strides, no grad, devices: a
+    Function that raises on one has a limit, reported. For a Function whose kinks cannot be
+    looked for (elementwise, but not the same at every position), an exact 0 is taken as one:
+    its backward there is a convention."""
+
+    def convention(edge: Edge) -> torch.Tensor | None:
+        if context.structure.kind != "elementwise" or not edge.ones:
+            return edge.convention
+        zeros = edge.x.detach() == 0
+        return zeros if edge.convention is None else edge.convention | zeros
+
+    return [
+        Check(
+            "edges",
+            edge.name,
+            lambda edge=edge: compared(
+                "edges",
+                edge.name,
+                context,
+                edge.x,
+                torch.ones_like(edge.x) if edge.ones else None,
+                convention(edge),
+            ),
+            Status.UNSUPPORTED,
+        )
+        for edge in edge_cases(list(context.kinks), context.domain)
+    ]
+
+
+def range_checks(context: Context) -> list[Check]:
     """Large finite inputs per dtype and the experiment's own pre-activations: a result that
     turns non-finite where the float64 truth is finite fails at large inputs."""
+    dtypes = context.options.dtypes
     cases = [(f"large inputs {dtype_name(d)}", large_values(d)) for d in dtypes]
-    cases += [(f"experiment's pre-activations, {where}", x) for where, x in preactivations.items()]
-    findings = []
-    for name, x in cases:
-        finding = compared(
+    cases += [(f"experiment's pre-activations, {at}", x) for at, x in context.reached.items()]
+
+    def check(name: str, x: torch.Tensor) -> Finding:
+        x = x.detach().requires_grad_()
+        finding = compared("large inputs", name, context, x, torch.ones_like(x))
+        if finding.status == Status.LARGE and finding.at is not None:
+            if context.structure.pointwise:
+                finding.detail += overflow_note(context.subject, x, finding)
+            else:  # the element shows what its row, or its input as a whole, made of it
+                finding.detail += f" (its input reaches |x| = {x.detach().abs().max().item():g})"
+        return finding
+
+    return [
+        Check(
             "large inputs",
             name,
-            subject,
-            oracle,
-            x.requires_grad_(),
-            kinks,
-            grad_output=torch.ones_like(x),
-            limit=x.dtype in LOW_PRECISION,
+            lambda name=name, x=x: check(name, x),
+            Status.UNSUPPORTED if x.dtype in LOW_PRECISION else Status.WRONG,
         )
-        if finding.status == Status.LARGE and finding.at is not None:
-            finding.detail += overflow_note(subject, x, finding)
-        findings.append(finding)
-    return findings
+        for name, x in cases
+    ]
 
 
 def overflow_note(subject: Subject, x: torch.Tensor, finding: Finding) -> str:

@@ -9,12 +9,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from reluexp.config import ConfigError, validate
 from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line, task_config
-from reluexp.lab.pipeline import Options, run_checks
+from reluexp.lab.pipeline import Interrupted, Options, run_checks
 from reluexp.lab.subject import build_subject
+from reluexp.run.device import resolve_device
 from reluexp.run.process import job_environment
 
 
@@ -41,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = compose_config(args.overrides)
         config, check_dir = task_config(cfg), Path(cfg.hydra.run.dir)
         validate(config)
+        device = resolve_device(config.device)
         # The lab's tensors are small: one thread is as fast, and on a shared machine faster
         # (no waiting on busy cores); `threads=N` still chooses (README, Check your own Function).
         if config.threads is None:
@@ -54,13 +54,20 @@ def main(argv: list[str] | None = None) -> int:
             compile=args.compile,
             large=args.large,
             double_backward=args.double_backward,
+            domain=tuple(activation.domain) if activation.domain else None,
         )
         # The threads are the check's: put back when it ends (an in-process caller's stay).
-        with job_environment(torch.device("cpu"), config.threads):
+        with job_environment(device, config.threads):
             checked = run_checks(subject, config, options)
     except (ConfigError, *COMPOSITION_ERRORS) as error:
         print(f"reluexp.check: error: {one_line(error)}", file=sys.stderr)
         return 2
+    except Interrupted as interrupted:
+        print(f"reluexp.check: interrupted during {interrupted.stage}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("reluexp.check: interrupted", file=sys.stderr)
+        return 130
     try:
         problems = checked.write(check_dir)
     except OSError as error:

@@ -4,10 +4,10 @@ rounding, and what differs from the built-in at a kink. The checks are made of t
 
 import torch
 
-from reluexp.lab.calls import UserError, computed_in, forward_backward, guarded, users_code
-from reluexp.lab.cases import Kink, at_kinks, upstream
-from reluexp.lab.findings import Finding, Status
-from reluexp.lab.judge import Truth, Verdict, judge, worst
+from reluexp.lab.calls import UserError, computed_in, forward_backward, users_code
+from reluexp.lab.cases import Kink, at_kinks
+from reluexp.lab.findings import Status
+from reluexp.lab.judge import Ground, Judged, Truth, Verdict, judge, worst
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
 
@@ -26,11 +26,20 @@ def compare(
     """The Function's forward and backward on x: (a) the backward against the oracle (the
     float64 truth at the rounded x, and the same formula in x's dtype for its rounding), the
     forward against its own float64 self for turning non-finite; (b) with a reference, the
-    precision of both against the built-in's own rounding, and conventions at kinks."""
+    precision of both against the built-in's own rounding, and conventions at kinks. A
+    non-finite input, and a step's jump, are conventions: the derivative there is a limit, or
+    undefined."""
     given = torch.zeros_like(x, dtype=torch.bool) if convention is None else convention
+    # Off the domain, and through a non-elementwise Function wherever such an input reaches.
+    given = oracle.structure.spread(given | ~oracle.domain.contains(x.detach()))
     forward_convention = given | at_kinks(x, kinks)
-    # A surrogate is defined at the step: there the backward is judged as anywhere else.
-    backward_convention = given if subject.surrogate is not None else forward_convention
+    # A surrogate is defined at the step, except at the jump itself (which side a backward
+    # takes there is a convention, as at a kink).
+    backward_convention = (
+        given | at_kinks(x, [k for k in kinks if k.step])
+        if subject.surrogate is not None
+        else forward_convention
+    )
     y, grads, raw = forward_backward(subject, subject.call, x, grad_output)
     dtypes = [x.dtype, y.dtype] + ([raw.dtype] if isinstance(raw, torch.Tensor) else [])
     dtype = computed_in(*dtypes)
@@ -39,6 +48,14 @@ def compare(
     with users_code(subject):
         y64 = subject.forward(x64).double()
         truth, replaced, uncertainty = oracle.truth(x64, g64, params64)
+    # Where rounding in x's dtype put the forward on the other side of the edge of a piece that
+    # is exactly 0 (a sparsemax's support, a ReLU's kink moved by rounding), its backward takes
+    # that piece's: a convention, through a row for a row's function.
+    # (A value too small for the dtype rounds to 0 by underflow, not by changing pieces.)
+    rounded = y.detach().double()
+    tiny = torch.finfo(y.dtype).tiny if y.is_floating_point() else 0.0
+    flipped = ((rounded == 0) & (y64.abs() >= tiny)) | ((rounded != 0) & (y64 == 0))
+    backward_convention = backward_convention | oracle.structure.spread(flipped)
     own = own_grads(subject, oracle, x, grad_output, truth)
     if grads[0] is not None and truth[0] is not None and subject.surrogate is None:
         truth[0], at_kink = nearest_subgradient(grads[0], truth[0], x, g64, kinks)
@@ -49,18 +66,12 @@ def compare(
     scale = x64.abs().clamp(min=1.0)
     grad_scale = g64.abs() * scale
     size = x64.abs()
-    where = ("x", x)
-    forward_truth = Truth(y64, "float64 forward", [])
+    forward_ground = Ground(scale, size, forward_convention)
     verdicts = [
         judge(
-            "forward",
-            where,
-            y,
-            forward_truth,
-            scale,
-            forward_convention,
-            size,
-            dtype,
+            Judged("forward", "x", x, y, dtype),
+            Truth(y64, "float64 forward", []),
+            forward_ground,
             finite_deviations=False,
         )
     ]
@@ -74,14 +85,9 @@ def compare(
         )
         verdicts.append(
             judge(
-                "backward",
-                where,
-                grads[0],
+                Judged("backward", "x", x, grads[0], dtype),
                 backward_truth,
-                grad_scale,
-                backward_convention,
-                size,
-                dtype,
+                Ground(grad_scale, size, backward_convention),
             )
         )
     # A parameter's gradient sums over every element: its rounding scales with the terms' sum,
@@ -98,14 +104,9 @@ def compare(
         kinked = torch.full_like(grad, on_kink, dtype=torch.bool)
         verdicts.append(
             judge(
-                f"gradient of {name}",
-                (name, param.detach().to(x.dtype)),
-                grad,
+                Judged(f"gradient of {name}", name, param.detach().to(x.dtype), grad, dtype),
                 Truth(true, oracle.expected_as, [], error=oracle.error),
-                terms,
-                kinked,
-                largest,
-                dtype,
+                Ground(terms, largest, kinked),
             )
         )
     if subject.reference is not None:
@@ -114,13 +115,11 @@ def compare(
             oracle,
             x,
             grad_output,
-            y,
+            Judged("forward", "x", x, y, dtype),
             grads,
             y64,
             truth,
-            (scale, grad_scale, size, dtype),
-            forward_convention,
-            backward_convention,
+            (forward_ground, Ground(grad_scale, size, backward_convention)),
         )
     return worst(verdicts)
 
@@ -158,12 +157,14 @@ def own_grads(
     truth: list[torch.Tensor | None],
 ) -> list[torch.Tensor | None]:
     """The oracle's formula in x's own dtype: the rounding a result there may carry. None
-    where it has none, or raises in that dtype."""
+    where it has none: the user's forward that it differentiates may not run in that dtype
+    (half precision on a CPU), and then no rounding in it is known."""
     if x.dtype == torch.float64:
         return list(truth)
     try:
-        return oracle.grads(x, grad_output, subject.inputs(x))
-    except Exception:
+        with users_code(subject):
+            return oracle.grads(x, grad_output, subject.inputs(x))
+    except UserError:
         return [None] * len(truth)
 
 
@@ -172,18 +173,16 @@ def against_reference(
     oracle: Oracle,
     x: torch.Tensor,
     grad_output: torch.Tensor,
-    y: torch.Tensor,
+    forward: Judged,
     grads: list[torch.Tensor | None],
     y64: torch.Tensor,
     truth: list[torch.Tensor | None],
-    scales: tuple,
-    forward_convention: torch.Tensor,
-    backward_convention: torch.Tensor,
+    grounds: tuple[Ground, Ground],
 ) -> list[Verdict]:
     """(b): precision against the built-in's own rounding in x's dtype, and what differs from
     it at a kink or a non-finite input (a convention). A declared surrogate's backward is not
     the reference's business."""
-    scale, grad_scale, size, dtype = scales
+    forward_ground, backward_ground = grounds
     ref_y, ref_grads, _ = forward_backward(subject, subject.reference, x, grad_output)
     ref64_y, ref64_grads, _ = forward_backward(
         subject,
@@ -191,83 +190,28 @@ def against_reference(
         x.detach().double().requires_grad_(x.requires_grad),
         grad_output.double(),
     )
-    where = ("x", x)
     rounding = (ref_y.double() - ref64_y.double()).abs()
     verdicts = [
         judge(
-            "forward",
-            where,
-            y,
+            forward,
             Truth(y64, "float64 forward", [ref_y], rounding, rounding_of="the reference"),
-            scale,
-            forward_convention,
-            size,
-            dtype,
+            forward_ground,
             PRECISION_ONLY,
         ),
-        judge(
-            "forward",
-            where,
-            y,
-            Truth(ref_y, "reference", []),
-            scale,
-            forward_convention,
-            size,
-            dtype,
-            CONVENTION_ONLY,
-        ),
+        judge(forward, Truth(ref_y, "reference", []), forward_ground, CONVENTION_ONLY),
     ]
     if subject.surrogate is not None or grads[0] is None or truth[0] is None:
         return verdicts
+    backward = Judged("backward", "x", x, grads[0], forward.computed_in)
     rounding = (ref_grads[0].double() - ref64_grads[0].double()).abs()
     return verdicts + [
         judge(
-            "backward",
-            where,
-            grads[0],
+            backward,
             Truth(
                 truth[0], oracle.expected_as, [ref_grads[0]], rounding, rounding_of="the reference"
             ),
-            grad_scale,
-            backward_convention,
-            size,
-            dtype,
+            backward_ground,
             PRECISION_ONLY,
         ),
-        judge(
-            "backward",
-            where,
-            grads[0],
-            Truth(ref_grads[0], "reference", []),
-            grad_scale,
-            backward_convention,
-            size,
-            dtype,
-            CONVENTION_ONLY,
-        ),
+        judge(backward, Truth(ref_grads[0], "reference", []), backward_ground, CONVENTION_ONLY),
     ]
-
-
-def compared(
-    group: str,
-    name: str,
-    subject: Subject,
-    oracle: Oracle,
-    x: torch.Tensor,
-    kinks: list[Kink],
-    convention: torch.Tensor | None = None,
-    grad_output: torch.Tensor | None = None,
-    limit: bool = False,
-) -> Finding:
-    """compare() as a finding. With `limit`, a Function that raises there has a limit (an edge
-    case, half precision), reported, not a wrong gradient."""
-
-    def check() -> Finding:
-        g = upstream(x) if grad_output is None else grad_output
-        verdict = compare(subject, oracle, x, g, kinks, convention)
-        return Finding(group, name, verdict.status, verdict.detail, verdict.at)
-
-    finding = guarded(group, name, subject, check)
-    if limit and finding.status == Status.WRONG and finding.detail.startswith("raised"):
-        finding.status = Status.UNSUPPORTED
-    return finding

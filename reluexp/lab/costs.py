@@ -10,14 +10,16 @@ from typing import Any
 import torch
 
 from reluexp._compat import import_dynamo_outside_vmap
-from reluexp.lab.calls import UserError, forward_backward, guarded, raised
+from reluexp.lab.calls import UserError, forward_backward, raised
+from reluexp.lab.context import Check, Context, Learnt
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.subject import Subject, Tensors
 
 
-def transform_checks(subject: Subject, compile_too: bool) -> list[Finding]:
+def transform_checks(context: Context) -> list[Check]:
     """vmap (compile too with --compile) against eager: a transform the Function does not
     support is reported, not failed."""
+    subject = context.subject
     x = torch.randn(64, 100, generator=torch.Generator().manual_seed(5))
     plain = subject.plain
 
@@ -48,16 +50,10 @@ def transform_checks(subject: Subject, compile_too: bool) -> list[Finding]:
         y_eager, (grad_eager, *_), _ = forward_backward(subject, plain, x, torch.ones_like(x))
         return agreement("torch.compile fullgraph", [(y, y_eager), (grad, grad_eager)])
 
-    checks = [("torch.func.vmap", vmapped)]
-    if compile_too:
-        checks.append(("torch.compile fullgraph", compiled))
-    findings = []
-    for name, check in checks:
-        finding = guarded("transforms", name, subject, check)
-        if finding.status == Status.WRONG:  # raised: the transform does not support it
-            finding.status = Status.UNSUPPORTED
-        findings.append(finding)
-    return findings
+    checks = [Check("transforms", "torch.func.vmap", vmapped, Status.UNSUPPORTED)]
+    if context.options.compile:
+        checks.append(Check("transforms", "torch.compile fullgraph", compiled, Status.UNSUPPORTED))
+    return checks
 
 
 def saved_bytes(fn: Tensors, subject: Subject, x: torch.Tensor) -> tuple[float, float]:
@@ -74,8 +70,8 @@ def saved_bytes(fn: Tensors, subject: Subject, x: torch.Tensor) -> tuple[float, 
     return total / x.numel(), extra / x.numel()
 
 
-def memory_check(subject: Subject) -> Finding:
-    group = name = "saved bytes per element"
+def memory_checks(context: Context) -> list[Check]:
+    subject, name = context.subject, "saved bytes per element"
 
     def check() -> Finding:
         x = torch.randn(64, 100, generator=torch.Generator().manual_seed(5))
@@ -90,7 +86,7 @@ def memory_check(subject: Subject) -> Finding:
             )
         return Finding("memory", name, Status.INFO, detail)
 
-    return guarded("memory", group, subject, check)
+    return [Check("memory", name, check)]
 
 
 def step_time(fn: Tensors, subject: Subject, x: torch.Tensor, calls: int) -> float:
@@ -106,23 +102,21 @@ def step_time(fn: Tensors, subject: Subject, x: torch.Tensor, calls: int) -> flo
     return (time.perf_counter() - start) / calls
 
 
-def cost_check(
-    subject: Subject, large: bool, repetitions: int = 5
-) -> tuple[Finding, dict[str, Any]]:
+def cost_checks(context: Context, repetitions: int = 5) -> list[Check]:
     """Forward + backward time, alternating repetitions, medians: at one element (what a call
     costs beyond its kernels) and at the experiment's hidden layer, with --large at (2048,
     2048); against the reference where there is one. A spread over half the median is
     flagged as noise."""
-    name = "cost: forward+backward time"
+    subject, name = context.subject, "cost: forward+backward time"
     sizes = {"(1,)": (1,), "(64, 100)": (64, 100)} | (
-        {"(2048, 2048)": (2048, 2048)} if large else {}
+        {"(2048, 2048)": (2048, 2048)} if context.options.large else {}
     )
     candidates: dict[str, Callable[..., torch.Tensor]] = {"function": subject.call}
     if subject.reference is not None:
         candidates["reference"] = subject.reference
     report: dict[str, Any] = {}
 
-    def check() -> Finding:
+    def check() -> Learnt:
         generator = torch.Generator().manual_seed(4)
         for label, shape in sizes.items():
             x = torch.randn(shape, generator=generator)
@@ -141,12 +135,10 @@ def cost_check(
                 report[label]["ratio"] = (
                     report[label]["function_us"] / report[label]["reference_us"]
                 )
-        return Finding("cost", name, Status.INFO, cost_text(report))
+        finding = Finding("cost", name, Status.INFO, cost_text(report))
+        return Learnt([finding], facts={"cost": report})
 
-    finding = guarded("cost", name, subject, check)
-    if finding.status == Status.WRONG:
-        finding.status = Status.UNSUPPORTED
-    return finding, report
+    return [Check("cost", name, check, Status.UNSUPPORTED)]
 
 
 def cost_text(report: dict[str, Any]) -> str:

@@ -54,31 +54,52 @@ class Truth:
     rounding_of: str = ""
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A result to judge: what it is (forward, backward, gradient of <param>), the tensor it
+    came from (its name and values, for the location), its values, and the dtype it was
+    computed in (the least precise it went through)."""
+
+    what: str
+    label: str
+    x: torch.Tensor
+    actual: torch.Tensor
+    computed_in: torch.dtype
+
+
+@dataclass(frozen=True)
+class Ground:
+    """What is known of each element's input: the scale its rounding is relative to, the
+    magnitude of the input it came from, and where any difference is only a convention (a
+    kink, a step's jump, a non-finite input)."""
+
+    scale: torch.Tensor
+    size: torch.Tensor
+    convention: torch.Tensor
+
+
 def judge(
-    what: str,
-    where: tuple[str, torch.Tensor],
-    actual: torch.Tensor,
+    judged: Judged,
     truth: Truth,
-    scale: torch.Tensor,
-    convention: torch.Tensor,
-    size: torch.Tensor,
-    computed_in: torch.dtype,
+    ground: Ground,
     only: frozenset[Status] | None = None,
     finite_deviations: bool = True,
 ) -> Verdict:
-    """actual against truth, element by element; `only` keeps those statuses (a built-in's
-    rounding decides precision, never wrong), and without `finite_deviations` only a result
-    that turns non-finite counts (a forward judged against its own float64 self).
+    """A result against its truth, element by element; `only` keeps those statuses (a
+    built-in's rounding decides precision, never wrong), and without `finite_deviations` only a
+    result that turns non-finite counts (a forward judged against its own float64 self).
 
     Right: equal to the truth or an exact result, or no further from the truth than its own
     rounding allowance plus ROUNDING_UNITS of the dtype it was computed in, relative to the
     inputs' scale (to the truth itself in half precision, whose built-ins compute in float32).
-    Right but less precise: within PRECISION_UNITS of the inputs' scale. Non-finite where the
-    truth is finite and fits the dtype: fails at large inputs, is wrong at an ordinary input,
-    and near the dtype's range is precision (`size`: the magnitude of the input each element
-    came from). At a `convention` element (a kink, a non-finite input), any difference is a
-    convention."""
-    label, x = where
+    Right but less precise: within PRECISION_UNITS of the inputs' scale, or, for a float64
+    result, within PRECISION_UNITS of float32's (a float32 constant or intermediate in float64
+    math: precision, not a wrong formula). Non-finite where the truth is finite and fits the
+    dtype: fails at large inputs, is wrong at an ordinary input, and near the dtype's range is
+    precision (`size`: the magnitude of the input each element came from). At a convention
+    element any difference is a convention."""
+    computed_in, actual = judged.computed_in, judged.actual
+    scale, size, convention = ground.scale, ground.size, ground.convention
     info = torch.finfo(computed_in)
     low_precision = computed_in in LOW_PRECISION
     eps = info.eps
@@ -97,7 +118,9 @@ def judge(
     lax = (eps + truth.error) * (magnitude + scale)
     strict = (eps + truth.error) * magnitude + info.smallest_normal
     precise = err <= allowance + ROUNDING_UNITS * (strict if low_precision else lax)
-    close = err <= allowance + PRECISION_UNITS * lax
+    # What a float32 constant or intermediate can explain in float64 math.
+    explainable = max(eps, torch.finfo(torch.float32).eps) + truth.error
+    close = err <= allowance + PRECISION_UNITS * explainable * (magnitude + scale)
     large, near_range = size >= LARGE_INPUT, size > info.max / 1024
     off = ~same & ~convention
     if not finite_deviations:
@@ -125,11 +148,11 @@ def judge(
             flat = int(mask.flatten().nonzero()[0])
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), mask.shape))
         at = Location(
-            what,
-            label,
+            judged.what,
+            judged.label,
             index,
-            x[index].item(),
-            dtype_name(x.dtype),
+            judged.x[index].item(),
+            dtype_name(judged.x.dtype),
             actual[index].item(),
             truth.value[index].item(),
             truth.expected_as,
@@ -148,6 +171,14 @@ def judge(
             )
             if low_precision:
                 note += "; the built-ins compute in float32: compute in float32, cast back"
+            elif eps < torch.finfo(torch.float32).eps and not bool(
+                (err <= allowance + PRECISION_UNITS * lax)[index]
+            ):
+                relative = (err / (magnitude + scale))[index].item()
+                note += (
+                    f"; {relative:.2g} of the scale: the size of float32's rounding, as a float32 "
+                    f"constant or intermediate in {dtype_name(computed_in)} math gives"
+                )
         elif status == Status.PRECISION:
             note = (
                 f" (near {dtype_name(computed_in)}'s largest value an intermediate overflows, "

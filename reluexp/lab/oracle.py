@@ -3,6 +3,7 @@ autograd (its forward called outside apply, with a context that records what it 
 declared surrogate, or central finite differences of the forward where autograd cannot follow
 it (numpy inside, non-differentiable ops, a Module or function that hides its Function)."""
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 import torch
 
 from reluexp.lab.cases import Kink, at_kinks
-from reluexp.lab.subject import Subject, Tensors
+from reluexp.lab.shape import Domain, Structure
+from reluexp.lab.subject import Subject, Tensors, tensor_slots, with_tensors
 
 # Finite differences: a five-point stencil with steps of this size relative to the input
 # (between 1 and 10), ~1e-12 of a smooth derivative; the checks keep inputs 0.05 from kinks.
@@ -51,13 +53,16 @@ class RecordingContext:
 
 def forward_outside_apply(function: type[torch.autograd.Function], extra: tuple) -> Tensors:
     """The Function's forward as plain torch ops, so autograd differentiates the forward itself:
-    forward(x, *extra) with setup_context, else forward(ctx, x, *extra)."""
+    forward(x, *extra) with setup_context, else forward(ctx, x, *extra); the tensors among
+    extra replaced by those given after x (twin(x, *tensors))."""
     separate_context = function.setup_context is not torch.autograd.Function.setup_context
+    slots = tensor_slots(extra)
 
-    def twin(x: torch.Tensor) -> torch.Tensor:
+    def twin(x: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+        arguments = with_tensors(extra, slots, tensors)
         if separate_context:
-            return function.forward(x, *extra)
-        return function.forward(RecordingContext(1 + len(extra)), x, *extra)
+            return function.forward(x, *arguments)
+        return function.forward(RecordingContext(1 + len(extra)), x, *arguments)
 
     return twin
 
@@ -101,13 +106,109 @@ def stencil(
     return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h)
 
 
+# Finite differences of a Function whose outputs each depend on every input move its elements
+# one at a time, for inputs of this many elements at most; beyond, they are not taken.
+FD_MAX_ELEMENTS = 256
+
+
+def vjp_by_differences(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    h: torch.Tensor,
+    structure: Structure,
+    only: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """The vector-Jacobian product grad_output^T J by five-point finite differences, float64:
+    elementwise, every element moved at once; a row's function on an input of one or two
+    dimensions, every row's elements in one batch (rows_vjp; `only`: the elements wanted);
+    otherwise one element at a time, every output's change credited to it (None past
+    FD_MAX_ELEMENTS elements)."""
+    if structure.elementwise:
+        return grad_output * stencil(forward, x, h)
+    if structure.kind == "rows" and x.dim() in (1, 2):
+        return rows_vjp(forward, x, grad_output, h, structure.dim, only)
+    if x.numel() > FD_MAX_ELEMENTS:
+        return None
+    vjp = torch.zeros(x.numel(), dtype=torch.float64)
+    for i in range(x.numel()):
+        step = torch.zeros(x.numel(), dtype=torch.float64)
+        step[i] = h.reshape(-1)[i]
+        with torch.no_grad():
+            f = [forward(x + k * step.reshape(x.shape)).double() for k in (-2, -1, 1, 2)]
+        change = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / 12  # per unit of the element's step
+        vjp[i] = (grad_output * change).sum() / step[i]
+    return vjp.reshape(x.shape)
+
+
+def rows_vjp(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    h: torch.Tensor,
+    dim: int,
+    only: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """vjp_by_differences for a row's function (dim -1 or 0 of an input of at most two
+    dimensions), all stencil points in one call: each row with its j-th element moved is a row
+    of one batch (the function treats rows apart), laid out along the function's own dim.
+    `only`: the elements to compute (the rest are 0)."""
+    axis = dim % x.dim()
+    last, g, step = (t.movedim(axis, -1).double() for t in (x, grad_output, h))
+    n = last.shape[-1]
+    rows, g, step = (t.reshape(-1, n) for t in (last, g, step))
+    wanted = torch.ones_like(rows, dtype=torch.bool) if only is None else only
+    row, element = wanted.movedim(axis, -1).reshape(-1, n).nonzero(as_tuple=True)
+    moves = torch.zeros(len(row), n, dtype=torch.float64)
+    moves[torch.arange(len(row)), element] = step[row, element]
+    points = torch.stack([rows[row] + k * moves for k in (-2, -1, 1, 2)]).reshape(-1, n)
+    with torch.no_grad():
+        out = forward(points) if dim == -1 else forward(points.T).T
+    f = out.double().reshape(4, len(row), n)
+    change = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / 12  # per unit of the element's step
+    vjp = torch.zeros_like(rows)
+    vjp[row, element] = (g[row] * change).sum(-1) / step[row, element]
+    return vjp.reshape(last.shape).movedim(-1, axis)
+
+
 def finite_differences(
-    forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, kinks: list[Kink]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The derivative by finite differences, with the step and with half of it: where the two
-    agree the stretch is smooth and resolved."""
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    kinks: list[Kink],
+    structure: Structure,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The vector-Jacobian product by finite differences, with the step and with half of it:
+    where the two agree the stretch is smooth and resolved. Where they do not (a kink the
+    stencil straddles: where a sparsemax's support changes, unknown in advance), the step is
+    halved again there, up to FD_REFINEMENTS times. None where they are not taken."""
     h = steps_for(x, kinks)
-    return stencil(forward, x, h), stencil(forward, x, h / 2)
+    whole = vjp_by_differences(forward, x, grad_output, h, structure)
+    if whole is None:
+        return None
+    halved = vjp_by_differences(forward, x, grad_output, h / 2, structure)
+    for _ in range(FD_REFINEMENTS):
+        unresolved = ~resolved(whole, halved, x, grad_output)
+        if not unresolved.any():
+            break
+        h = torch.where(unresolved, h / 2, h)
+        whole = torch.where(unresolved, halved, whole)
+        again = vjp_by_differences(forward, x, grad_output, h / 2, structure, unresolved)
+        halved = torch.where(unresolved, again, halved)
+    return whole, halved
+
+
+# How many times finite differences halve their step where two steps disagree.
+FD_REFINEMENTS = 4
+
+
+def resolved(
+    whole: torch.Tensor, halved: torch.Tensor, x: torch.Tensor, grad_output: torch.Tensor
+) -> torch.Tensor:
+    """Where finite differences with a step and with half of it agree, to FD_ERROR of the
+    scale: no kink within the stencil."""
+    scale = whole.abs() + grad_output.abs() * x.abs().clamp(min=1.0)
+    return ((whole - halved).abs() <= FD_ERROR * scale) | ~x.isfinite()
 
 
 @dataclass
@@ -122,7 +223,9 @@ class Oracle:
     twin: Tensors | None
     subject: Subject
     kinks: list[Kink]
-    elementwise: bool = True
+    structure: Structure = Structure()
+    # Where the truth is known: outside it, whatever the Function returns is a convention.
+    domain: Domain = Domain()
 
     @property
     def error(self) -> float:
@@ -147,37 +250,58 @@ class Oracle:
             derivative = self.subject.surrogate(x.detach())
             return [grad_output * derivative.to(grad_output.dtype), *([None] * len(params))]
         if self.kind == "autograd":
-            leaf = x.detach().requires_grad_()
-            y = self.twin(leaf)
-            (grad,) = torch.autograd.grad(y, leaf, grad_output.to(y.dtype), allow_unused=True)
-            return [torch.zeros_like(leaf) if grad is None else grad.to(x.dtype)]
-        if not self.elementwise or x.dtype != torch.float64:
+            leaves = [t.detach().requires_grad_() for t in (x, *params)]
+            y = self.twin(*leaves)
+            grads = torch.autograd.grad(y, leaves, grad_output.to(y.dtype), allow_unused=True)
+            return [
+                torch.zeros_like(leaf) if grad is None else grad.to(leaf.dtype)
+                for leaf, grad in zip(leaves, grads)
+            ]
+        differences = (
+            finite_differences(
+                self.forward(params), x.detach(), grad_output, self.kinks, self.structure
+            )
+            if x.dtype == torch.float64
+            else None
+        )
+        if differences is None:
             return [None] * (1 + len(params))
-        derivative, _ = finite_differences(self.forward(params), x.detach(), self.kinks)
-        grad = grad_output * derivative
+        grad = differences[0]
         return [grad, *finite_difference_params(self.subject, x.detach(), grad_output, params)]
 
     def truth(
         self, x: torch.Tensor, grad_output: torch.Tensor, params: list[torch.Tensor]
     ) -> tuple[list[torch.Tensor | None], torch.Tensor, torch.Tensor]:
         """The float64 gradients at x, where autograd's were replaced, and how far the input's
-        truth may be off (finite differences that halving the step moves: a kink too small to
-        find nearby).
+        truth may be off (finite differences that still disagree with half their step, a kink
+        right beside the input: unknown there, infinitely uncertain).
 
         autograd follows the formula: at a point where a piece of it bends (abs or clamp at 0
         inside a smooth softplus) it gives that piece's convention, not the function's
         derivative; where finite differences are resolved and disagree, they are the truth."""
-        grads = self.grads(x, grad_output, params)
         replaced = torch.zeros_like(x, dtype=torch.bool)
         uncertainty = torch.zeros_like(x)
-        if self.kind in ("autograd", "finite differences") and grads[0] is not None:
-            derivative, halved = finite_differences(self.forward(params), x.detach(), self.kinks)
-            by_differences = grad_output * derivative
-            unresolved = (grad_output * (derivative - halved)).abs().nan_to_num(nan=0.0)
-            if self.kind == "finite differences":
-                return grads, replaced, unresolved
+        if self.kind == "surrogate":
+            return self.grads(x, grad_output, params), replaced, uncertainty
+        differences = finite_differences(
+            self.forward(params), x.detach(), grad_output, self.kinks, self.structure
+        )
+        if self.kind == "finite differences":
+            if differences is None:
+                return [None] * (1 + len(params)), replaced, uncertainty
+            by_differences, halved = differences
+            unknown = ~resolved(by_differences, halved, x, grad_output)
+            uncertainty = torch.where(unknown, math.inf, 0.0).to(x.dtype)
+            grads = [
+                by_differences,
+                *finite_difference_params(self.subject, x, grad_output, params),
+            ]
+            return grads, replaced, uncertainty
+        grads = self.grads(x, grad_output, params)
+        if differences is not None:
+            by_differences, halved = differences
+            trusted = resolved(by_differences, halved, x, grad_output) & x.isfinite()
             scale = by_differences.abs() + grad_output.abs() * x.abs().clamp(min=1.0)
-            trusted = (unresolved <= FD_ERROR * scale) & x.isfinite()
             replaced = (
                 trusted
                 & ~at_kinks(x, self.kinks)
@@ -212,16 +336,9 @@ def finite_difference_params(
     return grads
 
 
-def elementwise(subject: Subject, x: torch.Tensor) -> bool:
-    """Each output element depends on its input element alone (a nudge to one moves no other)."""
-    y = subject.forward(x)
-    nudged = x.clone()
-    nudged.view(-1)[0] += 1.0
-    moved = subject.forward(nudged)
-    return y.shape == x.shape and torch.equal(moved.view(-1)[1:], y.view(-1)[1:])
-
-
-def choose_oracle(subject: Subject, x: torch.Tensor, kinks: list[Kink]) -> Oracle:
+def choose_oracle(
+    subject: Subject, x: torch.Tensor, kinks: list[Kink], structure: Structure, domain: Domain
+) -> Oracle:
     """The surrogate where one is declared; else autograd through a Function's forward where
     that is the same function and autograd follows it there (its derivative passes gradcheck
     on x, float64 off the kinks); else finite differences."""
@@ -235,6 +352,8 @@ def choose_oracle(subject: Subject, x: torch.Tensor, kinks: list[Kink]) -> Oracl
             twin,
             subject,
             kinks,
+            structure,
+            domain,
         )
     fallback = "finite differences of the forward"
     if subject.function is None:
@@ -250,6 +369,8 @@ def choose_oracle(subject: Subject, x: torch.Tensor, kinks: list[Kink]) -> Oracl
                 twin,
                 subject,
                 kinks,
+                structure,
+                domain,
             )
     return Oracle(
         "finite differences",
@@ -258,7 +379,8 @@ def choose_oracle(subject: Subject, x: torch.Tensor, kinks: list[Kink]) -> Oracl
         None,
         subject,
         kinks,
-        elementwise(subject, x.detach()),
+        structure,
+        domain,
     )
 
 

@@ -1,36 +1,44 @@
-"""The lab as one flat pipeline of named stages: returns, kinks, the oracle, (a) the gradient
-checks in every dtype, at kinks, edges and large inputs, (b) the reference, what the Function
-supports and costs, and training parity. check_function is its Python face."""
+"""The lab as a list of stages, each making its checks from the context the stages before it
+left: what the Function returns, how its outputs depend on its inputs, its domain, its kinks,
+its oracle; then (a) the gradient checks in every dtype, at kinks, edges and large inputs, (b)
+the reference, training parity, what the Function supports and costs. One runner runs every
+check: what the user's code raises is a finding (the check says what a raise there means),
+anything else an error of the lab. check_function is the lab's Python face."""
 
+import copy
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from reluexp.config import Config, validate
-from reluexp.lab.calls import guarded
-from reluexp.lab.cases import Kink, find_kinks, sample
+from reluexp.config import Config, ConfigError, validate
+from reluexp.lab.calls import UserError, raised, users_code
+from reluexp.lab.cases import Kink, find_kinks
 from reluexp.lab.checks import (
-    FLOATS,
-    double_backward_check,
+    double_backward_checks,
     edge_checks,
     gradient_checks,
     kink_checks,
     parity_checks,
     range_checks,
-    returns_check,
+    returns_checks,
 )
-from reluexp.lab.costs import cost_check, memory_check, transform_checks
+from reluexp.lab.context import FLOATS, Check, Context, Learnt, Options
+from reluexp.lab.costs import cost_checks, memory_checks, transform_checks
 from reluexp.lab.files import write_report
 from reluexp.lab.findings import Finding, Report, Status
 from reluexp.lab.oracle import Oracle, choose_oracle
-from reluexp.lab.reference import reference_check
+from reluexp.lab.reference import reference_checks
+from reluexp.lab.shape import Domain, domain_of, stated_domain, structure_of
 from reluexp.lab.subject import Subject, build_subject
-from reluexp.lab.training import preactivations, training_checks
+from reluexp.lab.training import training_checks
+from reluexp.run.device import resolve_device
+from reluexp.run.process import job_environment
 
 NO_REFERENCE = (
     "no reference: not compared with a built-in (whether it is the same function, its precision "
@@ -38,14 +46,12 @@ NO_REFERENCE = (
 )
 
 
-@dataclass
-class Options:
-    dtypes: tuple[torch.dtype, ...] = FLOATS
-    training: bool = True
-    thorough: bool = False
-    compile: bool = False
-    large: bool = False
-    double_backward: bool = False
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a check, with the stage that was running."""
+
+    def __init__(self, stage: str):
+        super().__init__(stage)
+        self.stage = stage
 
 
 @dataclass
@@ -61,87 +67,193 @@ class Checked:
         return write_report(self.report, self.subject, self.oracle, self.kinks, directory)
 
 
-class Stages:
-    """Seconds per stage of a check, for its report (benchmarks/lab.py reads them)."""
+def structure_checks(context: Context) -> list[Check]:
+    """How the outputs depend on the inputs (shape.structure_of); a random forward cannot be
+    probed and is taken as elementwise."""
 
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
+    def check() -> Learnt:
+        if context.probe.random:
+            return Learnt([])
+        samples = [context.sample((4, 6), torch.Generator().manual_seed(s)) for s in (8, 9)]
+        with users_code(context.subject):
+            structure = structure_of(context.subject, samples)
+        if structure.pointwise:
+            return Learnt([], {"structure": structure})
+        described = structure.describe()
+        finding = Finding("oracle", "structure", Status.INFO, described)
+        return Learnt([finding], {"structure": structure}, notes=[f"info: {described}"])
 
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+    return [Check("oracle", "structure", check, needed=True)]
+
+
+def domain_checks(context: Context) -> list[Check]:
+    """Where the Function is checked: activation.domain where stated; else, for a Function
+    whose forward is not finite everywhere, where it is (shape.domain_of)."""
+
+    def check() -> Learnt:
+        stated = context.options.domain
+        if stated is not None:
+            domain = stated_domain(stated)
+            said = f"checked on {domain.describe()}, as stated (activation.domain)"
+        elif context.structure.pointwise:
+            with users_code(context.subject):
+                domain = domain_of(context.subject)
+            said = f"checked on {domain.describe()}, where the forward is finite"
+        else:
+            domain = Domain()
+        if domain.whole:
+            return Learnt([])
+        finding = Finding("oracle", "domain", Status.INFO, said)
+        return Learnt([finding], {"domain": domain}, notes=[f"info: {said}"])
+
+    return [Check("oracle", "domain", check, needed=True)]
+
+
+def oracle_checks(context: Context) -> list[Check]:
+    """The kinks of the forward (on 1-D grids: for a pointwise Function) and the oracle."""
+    subject = context.subject
+
+    def kinks() -> Learnt:
+        if not context.structure.pointwise:
+            detail = "not looked for: the forward is not the same function at every element"
+            return Learnt([Finding("oracle", "kinks of the forward", Status.INFO, detail)])
+        with users_code(subject):
+            found = tuple(find_kinks(subject, context.domain))
+        names = ", ".join(f"{k.x:g}" + (" (a step)" if k.step else "") for k in found)
+        finding = Finding("oracle", "kinks of the forward", Status.INFO, names or "none")
+        return Learnt([finding], {"kinks": found})
+
+    return [Check("oracle", "kinks of the forward", kinks, needed=True)]
+
+
+def oracle_choice(context: Context) -> list[Check]:
+    def chosen() -> Learnt:
+        x = context.sample((4, 5), torch.Generator().manual_seed(0))
+        with users_code(context.subject):
+            oracle = choose_oracle(
+                context.subject, x, list(context.kinks), context.structure, context.domain
+            )
+        return Learnt([Finding("oracle", "oracle", Status.INFO, oracle.reason)], {"oracle": oracle})
+
+    return [Check("oracle", "oracle", chosen, needed=True)]
+
+
+def reference_stage(context: Context) -> list[Check]:
+    return reference_checks(context) if context.subject.reference is not None else []
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A named step of the check: the checks it makes from the context (timed together)."""
+
+    name: str
+    checks: Callable[[Context], list[Check]]
+
+
+STAGES = [
+    Stage("returns", returns_checks),
+    Stage("structure and domain", structure_checks),
+    Stage("structure and domain", domain_checks),
+    Stage("kinks and oracle", oracle_checks),
+    Stage("kinks and oracle", oracle_choice),
+    Stage("gradients", gradient_checks),
+    Stage("double backward", double_backward_checks),
+    Stage("parity, kinks, edges", parity_checks),
+    Stage("parity, kinks, edges", kink_checks),
+    Stage("parity, kinks, edges", edge_checks),
+    Stage("training", training_checks),
+    Stage("large inputs", range_checks),
+    Stage("reference", reference_stage),
+    Stage("transforms, memory, cost", transform_checks),
+    Stage("transforms, memory, cost", memory_checks),
+    Stage("transforms, memory, cost", cost_checks),
+]
+
+
+def run_check(check: Check, subject: Subject) -> Learnt:
+    """The one place a check's failure is caught: the user's code raising (or returning what
+    cannot be right) is the finding the check says it means, in one line; anything else is an
+    error of the lab, with its traceback. torch's warnings about the user's Function stay out
+    of the terminal."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            done = check.run()
+    except UserError as error:
+        return Learnt([Finding(check.group, check.name, check.raise_means, str(error))])
+    except Exception as error:
+        finding = Finding(
+            check.group, check.name, Status.ERROR, raised(error), traceback=traceback.format_exc()
+        )
+        return Learnt([finding])
+    return done if isinstance(done, Learnt) else Learnt([done])
 
 
 def run_checks(subject: Subject, experiment: Config, options: Options) -> Checked:
-    """Every check, in order; a Function that returns what cannot be right is reported in that
-    one line."""
+    """Every stage in order, each check run by run_check; a needed check that does not pass
+    ends the check there (what the later ones need could not be learnt). Ctrl-C raises
+    Interrupted, naming the stage."""
     report = Report(subject.name, [], double_backward_decides=options.double_backward)
-    stage = Stages()
-    report.facts["seconds"] = stage.seconds
-    found = report.findings
-    with stage("returns"):
-        returns, probe = returns_check(subject)
-    found.append(returns)
-    if returns.status not in (Status.PASS, Status.INFO):
-        return Checked(report, subject)
-    kinks: list[Kink] = []
-
-    def listed() -> Finding:
-        kinks.extend(find_kinks(subject))
-        names = ", ".join(f"{k.x:g}" + (" (a step)" if k.step else "") for k in kinks)
-        return Finding("oracle", "kinks of the forward", Status.INFO, names or "none")
-
-    def chosen() -> Finding:
-        x = sample((4, 5), torch.Generator().manual_seed(0), kinks)
-        oracles.append(choose_oracle(subject, x, kinks))
-        return Finding("oracle", "oracle", Status.INFO, oracles[0].reason)
-
-    oracles: list[Oracle] = []
-    with stage("kinks and oracle"):
-        found.append(guarded("oracle", "kinks of the forward", subject, listed))
-        found.append(guarded("oracle", "oracle", subject, chosen))
-    if not oracles:
-        return Checked(report, subject)
-    oracle = oracles[0]
-    with stage("gradients"):
-        found.extend(gradient_checks(subject, oracle, kinks))
-    with stage("double backward"):
-        found.append(double_backward_check(subject, kinks, probe))
-    with stage("parity, kinks, edges"):
-        found.extend(parity_checks(subject, oracle, kinks, options.dtypes))
-        found.extend(kink_checks(subject, oracle, kinks))
-        found.extend(edge_checks(subject, oracle, kinks))
-    trained: list[Finding] = []
-    with stage("training"):
-        if options.training:
-            trained, report.facts["training"], reached = training_checks(
-                experiment, subject, oracle, probe, kinks, options.thorough
-            )
-        else:
-            reached = preactivations(experiment, None)
-    with stage("large inputs"):
-        found.extend(range_checks(subject, oracle, kinks, reached, options.dtypes))
-    with stage("reference"):
-        if subject.reference is not None:
-            found.append(reference_check(subject, kinks))
-        else:
-            report.notes.append(NO_REFERENCE)
-    with stage("transforms, memory, cost"):
-        found.extend(transform_checks(subject, options.compile))
-        found.append(memory_check(subject))
-        cost, report.facts["cost"] = cost_check(subject, options.large)
-    found.extend([cost, *trained])
-    report.facts["kinks"] = [asdict(k) for k in kinks]
+    seconds: dict[str, float] = {}
+    report.facts["seconds"] = seconds
+    context = Context(subject, experiment, options)
+    for stage in STAGES:
+        start = time.perf_counter()
+        try:
+            for check in stage.checks(context):
+                learnt = run_check(check, subject)
+                report.findings.extend(learnt.findings)
+                report.facts |= learnt.facts
+                report.notes.extend(learnt.notes)
+                context = replace(context, **learnt.context)
+                if check.needed and any(
+                    f.status not in (Status.PASS, Status.INFO) for f in learnt.findings
+                ):
+                    return Checked(report, subject)
+        except KeyboardInterrupt:
+            raise Interrupted(stage.name) from None
+        finally:
+            seconds[stage.name] = seconds.get(stage.name, 0.0) + time.perf_counter() - start
+    if subject.reference is None:
+        report.notes.append(NO_REFERENCE)
+    oracle = context.truth
+    report.facts["kinks"] = [asdict(k) for k in context.kinks]
     report.facts["oracle"] = {"kind": oracle.kind, "reason": oracle.reason}
-    return Checked(report, subject, oracle, kinks)
+    # The picture draws the Function on a line of inputs: only what holds at every element.
+    drawn = oracle if context.structure.pointwise else None
+    return Checked(report, subject, drawn, list(context.kinks))
 
 
-def as_dtype(dtype: torch.dtype | str) -> torch.dtype:
-    return dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype))
+def checked_dtypes(dtypes: Any) -> tuple[torch.dtype, ...]:
+    """check_function's dtypes: floating torch dtypes or their names, in a tuple or list."""
+    if dtypes is None:
+        return FLOATS
+    if isinstance(dtypes, str | torch.dtype) or not isinstance(dtypes, tuple | list) or not dtypes:
+        raise ConfigError(
+            f"dtypes={dtypes!r}: expected a tuple of floating dtypes, such as "
+            "(torch.float32,) or ('float32', 'float64')"
+        )
+    checked = []
+    for dtype in dtypes:
+        found = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+        if found not in FLOATS:
+            raise ConfigError(
+                f"dtypes: {dtype!r} is not one the lab checks in "
+                "(float32, float64, float16, bfloat16)"
+            )
+        checked.append(found)
+    return tuple(checked)
+
+
+def checked_out_dir(out_dir: str | Path | None) -> Path | None:
+    """Where the report goes: a directory, or a path whose nearest existing part is one."""
+    if out_dir is None:
+        return None
+    path = Path(out_dir)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise ConfigError(f"out_dir={str(out_dir)!r}: {existing} is a file, not a directory")
+    return path
 
 
 def check_function(
@@ -155,6 +267,7 @@ def check_function(
     thorough: bool = False,
     double_backward: bool = False,
     compile: bool = False,
+    domain: tuple[float, float] | None = None,
     experiment: Config | None = None,
     out_dir: str | Path | None = None,
 ) -> Report:
@@ -162,19 +275,33 @@ def check_function(
     user's own tests: `check_function(MyReLU, reference=torch.relu).ok` is False exactly when
     the command would exit 1, `str(report)` is its terminal summary, `report.findings` the rows
     of check.md. Each of target, reference and surrogate is an object or a dotted path.
-    Nothing is written unless `out_dir` names a directory. `experiment`: the training run
-    (default: the seed's, on the CPU). A mistake in the arguments raises ConfigError."""
-    experiment = experiment or Config(device="cpu")
+    `domain=(low, high)`: check only there. Nothing is written unless `out_dir` names a
+    directory. `experiment`: the training run (default: the seed's, on the CPU). A mistake in
+    the arguments raises ConfigError before anything runs; the caller's random stream and
+    threads are left as they were."""
+    if experiment is not None and not isinstance(experiment, Config):
+        raise ConfigError(
+            f"experiment={experiment!r}: expected a reluexp.config.Config (or None: the seed's)"
+        )
+    if params is not None and not isinstance(params, dict):
+        raise ConfigError(f"params={params!r}: expected a dict of the target's arguments")
+    experiment = copy.deepcopy(experiment) if experiment else Config(device="cpu")
+    if domain is not None:
+        experiment.activation.domain = list(domain)
     validate(experiment)
+    device = resolve_device(experiment.device)
     options = Options(
-        dtypes=tuple(as_dtype(d) for d in dtypes) if dtypes else FLOATS,
+        dtypes=checked_dtypes(dtypes),
         training=training,
         thorough=thorough,
         compile=compile,
         double_backward=double_backward,
+        domain=tuple(experiment.activation.domain) if experiment.activation.domain else None,
     )
+    directory = checked_out_dir(out_dir)
     subject = build_subject(target, reference, surrogate, params)
-    checked = run_checks(subject, experiment, options)
-    if out_dir is not None:
-        checked.write(Path(out_dir))
+    with job_environment(device, experiment.threads):
+        checked = run_checks(subject, experiment, options)
+    if directory is not None:
+        checked.write(directory)
     return checked.report

@@ -4,10 +4,10 @@ the backwards differ (information: whether the Function's is right is question (
 
 import torch
 
-from reluexp.lab.calls import forward_backward, guarded
-from reluexp.lab.cases import Kink, at_kinks, large_values, sample
+from reluexp.lab.calls import forward_backward
+from reluexp.lab.cases import at_kinks, large_values
+from reluexp.lab.context import Check, Context
 from reluexp.lab.findings import Finding, Status
-from reluexp.lab.subject import Subject
 
 # A forward further from its reference than this many float32 units of the scale is another
 # function; within it, in float64, a built-in's own approximation (a float32 constant in its
@@ -30,28 +30,36 @@ def largest_difference(
     return relative[i].item(), where
 
 
-def reference_check(subject: Subject, kinks: list[Kink]) -> Finding:
+def reference_checks(context: Context) -> list[Check]:
     """(b) Is the forward the reference's function? In float64 over [-10, 10], random and large
-    inputs: beyond DIFFERS_UNITS of float32 rounding it differs (exit 1: the user said it
+    inputs (a (64, 100) random input, for a Function not the same at every element), on its
+    domain: beyond DIFFERS_UNITS of float32 rounding it differs (exit 1: the user said it
     imitates that built-in); within it, a difference is the size of a built-in's own
     approximations, said as information, as are differences of the two backwards (whether the
     Function's is right is (a)'s to say). At a kink or a non-finite input, only conventions."""
     group, name = "reference", "same function as the reference (float64)"
+    subject, kinks, domain = context.subject, list(context.kinks), context.domain
 
     def check() -> Finding:
         generator = torch.Generator().manual_seed(7)
-        x = torch.cat(
-            [
-                torch.linspace(-10.0, 10.0, 2001, dtype=torch.float64),
-                sample((6400,), generator, kinks, spread=30.0),
-                large_values(torch.float64),
-            ]
-        ).requires_grad_()
+        if context.structure.pointwise:
+            x = torch.cat(
+                [
+                    torch.linspace(-10.0, 10.0, 2001, dtype=torch.float64),
+                    context.sample((6400,), generator, spread=30.0),
+                    large_values(torch.float64),
+                ]
+            )
+        else:
+            x = context.sample((64, 100), generator, spread=3.0)
+        x.requires_grad_()
         ones = torch.ones_like(x)
         y, (grad, *_), _ = forward_backward(subject, subject.call, x, ones)
         r, (ref_grad, *_), _ = forward_backward(subject, subject.reference, x, ones)
-        counted = ~at_kinks(x, kinks) & x.isfinite()
-        x = x.detach()
+        counted = context.structure.spread(~domain.contains(x.detach()) | at_kinks(x, kinks))
+        counted = ~counted
+        x, y, r = x.detach().flatten(), y.flatten(), r.flatten()
+        grad, ref_grad, counted = grad.flatten(), ref_grad.flatten(), counted.flatten()
         largest, where = largest_difference(x, y, r, counted)
         float32_units = DIFFERS_UNITS * torch.finfo(torch.float32).eps
         if largest > float32_units:
@@ -86,4 +94,4 @@ def reference_check(subject: Subject, kinks: list[Kink]) -> Finding:
             return Finding(group, name, Status.INFO, "in float64 " + "; ".join(notes))
         return Finding(group, name, Status.PASS)
 
-    return guarded(group, name, subject, check)
+    return [Check(group, name, check)]

@@ -13,6 +13,7 @@ from reluexp.config import ConfigError
 from reluexp.functions.targets import (
     ActivationFactory,
     accepted,
+    arguments_after_input,
     as_activation,
     checked_params,
     is_function,
@@ -52,9 +53,23 @@ def recording(function: type[torch.autograd.Function], record: BackwardRecord) -
     return type(function.__name__, (function,), namespace)
 
 
+def with_tensors(arguments: tuple, slots: tuple[int, ...], tensors: tuple) -> tuple:
+    """A Function's arguments after its input with the tensors given put in their slots (none
+    given: its own)."""
+    placed = list(arguments)
+    for slot, tensor in zip(slots, tensors):
+        placed[slot] = tensor
+    return tuple(placed)
+
+
+def tensor_slots(arguments: tuple) -> tuple[int, ...]:
+    return tuple(i for i, value in enumerate(arguments) if isinstance(value, torch.Tensor))
+
+
 def explicit(obj: object, params: dict[str, Any], path: str) -> tuple[Tensors, dict[str, Any]]:
     """obj as f(x, *tensors) and the tensor parameters that follow x: a Module's own (through
-    torch.func.functional_call), none for a Function or a function."""
+    torch.func.functional_call), a Function's tensor arguments (apply(x, w, b): each an input
+    whose gradient is checked), none for a function."""
     if is_module(obj):
         checked_params(obj, params, path)
         module = obj(**params)
@@ -64,6 +79,16 @@ def explicit(obj: object, params: dict[str, Any], path: str) -> tuple[Tensors, d
             return torch.func.functional_call(module, dict(zip(named, tensors)), (x,))
 
         return call, {name: p.detach().clone() for name, p in named.items()}
+    if is_function(obj):
+        arguments = checked_params(obj, params, path)
+        slots = tensor_slots(arguments)
+        if slots:
+            names = [p.name for p in arguments_after_input(obj)]
+
+            def apply(x: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+                return obj.apply(x, *with_tensors(arguments, slots, tensors))
+
+            return apply, {names[i]: arguments[i].detach().clone() for i in slots}
     return as_activation(obj, params, path), {}
 
 
@@ -79,7 +104,8 @@ class Subject:
     record: BackwardRecord
     make_activation: ActivationFactory  # its Modules, as a training run places them
     function: type[torch.autograd.Function] | None = None
-    # The Function's non-tensor arguments after the input (activation.params, in order).
+    # The Function's arguments after the input (activation.params, in order); the tensors among
+    # them are `params` too, inputs whose gradients are checked.
     extra_args: tuple[Any, ...] = ()
     # g(x): the derivative the backward declares it computes instead of the forward's.
     surrogate: Callable[[torch.Tensor], torch.Tensor] | None = None

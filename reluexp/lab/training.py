@@ -17,7 +17,7 @@ from reluexp.config import Config, Dtype, Init
 from reluexp.functions.targets import ActivationFactory, layers_of
 from reluexp.lab.calls import UserError, autograd_message, raised
 from reluexp.lab.cases import Kink
-from reluexp.lab.checks import Probe
+from reluexp.lab.context import Check, Context, Learnt, Probe
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
@@ -112,7 +112,12 @@ def settings_that_train(config: Config, activation: ActivationFactory) -> str:
 
 
 def deciding_pair(
-    config: Config, subject: Subject, oracle: Oracle, probe: Probe, kinks: list[Kink], steps: int
+    config: Config,
+    subject: Subject,
+    oracle: Oracle,
+    probe: Probe,
+    kinks: tuple[Kink, ...],
+    steps: int,
 ) -> tuple[Finding, dict[str, Any], Side | None]:
     """The Function against its oracle twin in float64: right vs wrong."""
     name = "training parity"
@@ -281,33 +286,37 @@ def reference_pair(
     ), facts
 
 
-def training_checks(
-    config: Config,
-    subject: Subject,
-    oracle: Oracle,
-    probe: Probe,
-    kinks: list[Kink],
-    thorough: bool,
-) -> tuple[list[Finding], dict[str, Any], dict[str, torch.Tensor]]:
-    """Both pairs, and the experiment's pre-activations they reached (for the large-input
-    checks): at the first step, and at the float64 run's last."""
+def training_checks(context: Context) -> list[Check]:
+    """Both pairs (with training on), and the experiment's pre-activations they reached, for
+    the large-input checks: at the first step, and at the float64 run's last. A run the
+    Function breaks is the deciding pair's wrong."""
+    config, subject = context.experiment, context.subject
+    thorough = context.options.thorough
     twin_steps = THOROUGH_STEPS if thorough else TWIN_STEPS
     reference_steps = THOROUGH_STEPS if thorough else REFERENCE_STEPS
-    with runs_silenced():
-        try:
-            deciding, twin_facts, function64 = deciding_pair(
-                config, subject, oracle, probe, kinks, twin_steps
-            )
-            function32 = train_side(config, subject.make_activation, "float32", reference_steps)
-            informing, reference_facts = reference_pair(
-                config, subject, function32, reference_steps
-            )
-        except UserError as error:
-            detail = autograd_message(str(error), subject.name)
-            failed = Finding("training", "training parity", Status.WRONG, detail)
-            return [failed], {"error": detail}, preactivations(config, None)
-    facts = {"float64 twin": twin_facts, "float32 reference": reference_facts}
-    return [deciding, informing], facts, preactivations(config, function64)
+
+    def check() -> Learnt:
+        if not context.options.training:
+            return Learnt([], {"reached": preactivations(config, None)})
+        with runs_silenced():
+            try:
+                deciding, twin_facts, function64 = deciding_pair(
+                    config, subject, context.truth, context.probe, context.kinks, twin_steps
+                )
+                function32 = train_side(config, subject.make_activation, "float32", reference_steps)
+                informing, reference_facts = reference_pair(
+                    config, subject, function32, reference_steps
+                )
+            except UserError as error:
+                detail = autograd_message(str(error), subject.name)
+                failed = Finding("training", "training parity", Status.WRONG, detail)
+                reached = preactivations(config, None)
+                return Learnt([failed], {"reached": reached}, {"training": {"error": detail}})
+        facts = {"float64 twin": twin_facts, "float32 reference": reference_facts}
+        reached = preactivations(config, function64)
+        return Learnt([deciding, informing], {"reached": reached}, {"training": facts})
+
+    return [Check("training", "training parity", check)]
 
 
 def preactivations(config: Config, last: Side | None) -> dict[str, torch.Tensor]:

@@ -1,0 +1,94 @@
+"""What a check knows and what it is: the frozen context each stage of the pipeline receives
+(the Function, the experiment, the options, and what the stages before it learnt), and the
+check itself, a named call whose raise the stage runner turns into a finding."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from reluexp.config import Config
+from reluexp.lab.cases import Kink, sample
+from reluexp.lab.findings import Finding, Status
+from reluexp.lab.oracle import Oracle
+from reluexp.lab.shape import Domain, Structure
+from reluexp.lab.subject import Subject
+
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the caller asked for beyond the default check."""
+
+    dtypes: tuple[torch.dtype, ...] = FLOATS
+    training: bool = True
+    thorough: bool = False
+    compile: bool = False
+    large: bool = False
+    double_backward: bool = False
+    # activation.domain: where to check, stated (else found where the forward is finite).
+    domain: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the returns check learnt: the dtype the Function computes in for a float64 input
+    (a forward returning a float32 mask computes in float32), and whether its forward is
+    random (then no training run can be compared step for step)."""
+
+    float64_computed_in: torch.dtype = torch.float64
+    random: bool = False
+
+
+@dataclass(frozen=True)
+class Context:
+    """The Function and everything learnt of it so far, as the next stage receives it."""
+
+    subject: Subject
+    experiment: Config
+    options: Options
+    probe: Probe = Probe()
+    structure: Structure = Structure()
+    domain: Domain = Domain()
+    kinks: tuple[Kink, ...] = ()
+    oracle: Oracle | None = None
+    # The experiment's pre-activations (first step, and the float64 run's last).
+    reached: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def sample(
+        self, shape: tuple[int, ...], generator: torch.Generator, spread: float = 3.0
+    ) -> torch.Tensor:
+        """float64 inputs inside the domain, off the kinks."""
+        return sample(shape, generator, list(self.kinks), spread, self.domain)
+
+    @property
+    def truth(self) -> Oracle:
+        assert self.oracle is not None, "a check that needs the oracle runs after its stage"
+        return self.oracle
+
+
+@dataclass
+class Learnt:
+    """What a check found: its findings, what the context learns from it (field: value), facts
+    for check.json and lines for the terminal."""
+
+    findings: list[Finding]
+    context: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: its group and name, the call that makes its finding (or what it learnt), and
+    what the Function raising inside it means (wrong; unsupported where raising is a limit, as
+    in half precision or on an empty tensor). A `needed` check's later stages cannot run
+    without it: one that does not pass ends the check there."""
+
+    group: str
+    name: str
+    run: Callable[[], Finding | Learnt]
+    raise_means: Status = Status.WRONG
+    needed: bool = False

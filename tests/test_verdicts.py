@@ -1,0 +1,149 @@
+"""The lab's verdict rules as tables, without the pipeline: judge() on one element at a time
+(what counts as right, precision, wrong, a failure at large inputs, a convention), compare() on
+small Functions (kinks, steps, non-finite inputs, domains, rows)."""
+
+import math
+
+import pytest
+import torch
+
+from reluexp.lab.cases import Kink
+from reluexp.lab.compare import compare
+from reluexp.lab.findings import Status
+from reluexp.lab.judge import Ground, Judged, Truth, judge
+from reluexp.lab.oracle import choose_oracle
+from reluexp.lab.shape import Domain, Structure, stated_domain
+from reluexp.lab.subject import build_subject
+from tests import corpus
+
+F32_EPS = torch.finfo(torch.float32).eps
+
+
+def one(value: float, dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor([value], dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize(
+    ("actual", "truth", "dtype", "x", "convention", "expected"),
+    [
+        # Equal, or within a few units of the dtype it was computed in: right.
+        (1.0, 1.0, torch.float32, 0.5, False, Status.PASS),
+        (1.0 + 2 * F32_EPS, 1.0, torch.float32, 0.5, False, Status.PASS),
+        # Tens of units: right but less precise.
+        (1.0 + 30 * F32_EPS, 1.0, torch.float32, 0.5, False, Status.PRECISION),
+        # A thousandth off is no rounding.
+        (1.001, 1.0, torch.float32, 0.5, False, Status.WRONG),
+        # float64 math with a float32 constant: precision, not wrong.
+        (1.0 + 3e-8, 1.0, torch.float64, 0.5, False, Status.PRECISION),
+        (1.0 + 1e-4, 1.0, torch.float64, 0.5, False, Status.WRONG),
+        # Non-finite where the truth is finite: wrong at an ordinary input, a failure at a
+        # large one; past the dtype's range, inf is the right float32 value.
+        (math.nan, 1.0, torch.float32, 1.0, False, Status.WRONG),
+        (math.inf, 100.0, torch.float32, 100.0, False, Status.LARGE),
+        (math.inf, 1e39, torch.float32, 1e39, False, Status.PASS),
+        # At a convention element any difference is a convention.
+        (0.0, 1.0, torch.float32, 0.0, True, Status.CONVENTION),
+    ],
+)
+def test_judge(actual, truth, dtype, x, convention, expected):
+    inputs = one(x, dtype)
+    scale = inputs.double().abs().clamp(min=1.0)
+    verdict = judge(
+        Judged("backward", "x", inputs, one(actual, dtype), dtype),
+        Truth(torch.tensor([truth], dtype=torch.float64), "truth", []),
+        Ground(scale, inputs.double().abs(), torch.tensor([convention])),
+    )
+    assert verdict.status == expected, verdict
+
+
+def test_judge_counts_the_formulas_own_rounding_as_right():
+    x = one(0.5, torch.float32)
+    verdict = judge(
+        Judged("backward", "x", x, one(1.001, torch.float32), torch.float32),
+        Truth(torch.tensor([1.0], dtype=torch.float64), "truth", [one(1.001, torch.float32)]),
+        Ground(torch.ones(1, dtype=torch.float64), x.double(), torch.tensor([False])),
+    )
+    assert verdict.status == Status.PASS
+
+
+def compared(target, x, surrogate=None, params=None, kinks=(), structure=None, domain=None):
+    subject = build_subject(target, surrogate=surrogate, params=params)
+    kinks = list(kinks)
+    oracle = choose_oracle(
+        subject,
+        torch.linspace(0.5, 2.0, 20, dtype=torch.float64).reshape(4, 5),
+        kinks,
+        structure or Structure(),
+        domain or Domain(),
+    )
+    x = x.requires_grad_()
+    return compare(subject, oracle, x, torch.ones_like(x), kinks).status
+
+
+RELU_KINK = Kink(0.0, 0.0, 1.0)
+STEP = Kink(0.0, 0.0, 1.0, step=True)
+
+
+@pytest.mark.parametrize(
+    ("case", "status"),
+    [
+        # A subgradient at a kink is right; beside it the derivative decides.
+        (lambda: compared(corpus.ReLU6, torch.tensor([0.0, 1.0]), kinks=[RELU_KINK]), Status.PASS),
+        (
+            lambda: compared(
+                corpus.HardTanhWrongSignAbove, torch.tensor([0.5], dtype=torch.float64)
+            ),
+            Status.WRONG,
+        ),
+        # A non-finite input is a convention, never wrong.
+        (lambda: compared(corpus.Swish, torch.tensor([math.nan, 1.0])), Status.PASS),
+        # A surrogate's value at the step's jump is a convention.
+        (
+            lambda: compared(
+                corpus.HeavisideAtOrAbove,
+                torch.tensor([0.0, 1.0, -1.0], dtype=torch.float64),
+                surrogate=corpus.above_zero,
+                kinks=[STEP],
+            ),
+            Status.CONVENTION,
+        ),
+        # Off the domain a difference is a convention; inside it the backward is judged.
+        (
+            lambda: compared(
+                corpus.LogOfPositiveHalved,
+                torch.tensor([-1.0, 0.0]),
+                domain=stated_domain((0.5, math.inf)),
+            ),
+            Status.CONVENTION,
+        ),
+        (
+            lambda: compared(
+                corpus.LogOfPositiveHalved,
+                torch.tensor([1.0, 2.0], dtype=torch.float64),
+                domain=stated_domain((0.5, math.inf)),
+            ),
+            Status.WRONG,
+        ),
+        # A row's function: a NaN anywhere in a row makes the whole row a convention.
+        (
+            lambda: compared(
+                corpus.SoftmaxDroppingRowTerm,
+                torch.tensor([[math.nan, 1.0, 2.0]], dtype=torch.float64),
+                params={"dim": -1},
+                structure=Structure("rows", -1),
+            ),
+            Status.PASS,
+        ),
+        (
+            lambda: compared(
+                corpus.SoftmaxDroppingRowTerm,
+                torch.tensor([[0.5, 1.0, 2.0]], dtype=torch.float64),
+                params={"dim": -1},
+                structure=Structure("rows", -1),
+            ),
+            Status.WRONG,
+        ),
+    ],
+)
+def test_compare(case, status):
+    assert case() == status
