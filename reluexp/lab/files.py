@@ -19,9 +19,10 @@ from reluexp.record.whole import write_json, write_whole
 
 
 def curves(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> dict[str, torch.Tensor]:
-    """The curves of the picture, in float64 over the range the kinks call for."""
+    """The curves of the picture, in float64 over the range the kinks call for (inside the
+    domain)."""
     reach = min(max([6.0, *(1.5 * abs(k.x) for k in kinks)]), KINK_RANGE)
-    grid = torch.linspace(-reach, reach, 2001, dtype=torch.float64)
+    grid = torch.linspace(*oracle.domain.inner(reach), 2001, dtype=torch.float64)
     ones = torch.ones_like(grid)
     found = {"x": grid}
     found["forward"], (found["backward"], *_), _ = forward_backward(
@@ -87,7 +88,9 @@ def draw_check(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str) 
     for axes in (top, bottom):
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize="small")
-    return png(figure, dpi=100)
+    # Fixed margins that fit its labels: a tight layout would cost a whole second drawing.
+    figure.subplots_adjust(left=0.1, right=0.98, top=0.94, bottom=0.08, hspace=0.08)
+    return png(figure, dpi=100, tight=False)
 
 
 def write_report(

@@ -30,9 +30,11 @@ def colormap(name: str) -> Any:
     return matplotlib().colormaps[name]
 
 
-def png(figure: Any, dpi: int) -> bytes:
-    """The figure, laid out tight, as a PNG's bytes."""
-    figure.tight_layout()
+def png(figure: Any, dpi: int, tight: bool = True) -> bytes:
+    """The figure as a PNG's bytes, laid out tight unless its margins are set (a tight layout
+    draws the figure once more to measure it)."""
+    if tight:
+        figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
