@@ -80,6 +80,20 @@ def compared(target, x, surrogate=None, params=None, kinks=(), structure=None, d
     return compare(subject, oracle, x, torch.ones_like(x), kinks).status
 
 
+class ReLUAtOneTenth(torch.autograd.Function):
+    """max(x - 0.1, 0) with its kink at 0.1, where float32 rounds 0.1 and the input alike."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x - 0.1).clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * (x - 0.1 > 0)
+
+
 RELU_KINK = Kink(0.0, 0.0, 1.0)
 STEP = Kink(0.0, 0.0, 1.0, step=True)
 
@@ -95,6 +109,10 @@ STEP = Kink(0.0, 0.0, 1.0, step=True)
             ),
             Status.WRONG,
         ),
+        # A kink nobody listed that float32's rounding crosses: the float32 forward is exactly
+        # 0 where the float64 one is not (0.1f - 0.1 in float64 is 1.5e-9), and the backward
+        # takes that piece's slope: a convention.
+        (lambda: compared(ReLUAtOneTenth, torch.tensor([0.1, 1.0])), Status.CONVENTION),
         # A non-finite input is a convention, never wrong.
         (lambda: compared(corpus.Swish, torch.tensor([math.nan, 1.0])), Status.PASS),
         # A surrogate's value at the step's jump is a convention.
