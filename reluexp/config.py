@@ -105,7 +105,7 @@ class ActivationConfig:
     domain: list[float] | None = field(
         default=None,
         metadata=meaning(
-            "[low, high]: where reluexp.check checks the Function (bounds included; .inf for "
+            "[low, high]: where reluexp.check checks the Function (bounds included; inf for "
             "none), for one documented on part of the real line. Unset, the lab checks where "
             "the forward is finite."
         ),
@@ -342,7 +342,7 @@ def validate(config: Config) -> None:
             len(domain) == 2 and not math.isnan(domain[0]) and domain[0] < domain[1],
             "activation.domain",
             list(domain),
-            "expected [low, high] with low < high (.inf for no bound)",
+            "expected [low, high] with low < high (inf for no bound)",
         )
     for key in ("n", "d_in", "d_out"):
         value = getattr(config.data, key)

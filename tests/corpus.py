@@ -1025,6 +1025,34 @@ def erf_derivative(x):
     return 2 / math.sqrt(math.pi) * torch.exp(-x * x)
 
 
+class CenteredWhole(torch.autograd.Function):
+    """x - mean(x) over the whole tensor: every output depends on every input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x - x.mean()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output - grad_output.mean()
+
+
+class LogSoftmaxRows(torch.autograd.Function):
+    """log_softmax along the last dim from its saved output; a row holding a huge value makes
+    the others' finite differences vanish in float64 rounding, not their derivative."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.log_softmax(x, -1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (y,) = ctx.saved_tensors
+        return grad_output - y.exp() * grad_output.sum(-1, keepdim=True)
+
+
 class HangingBackward(torch.autograd.Function):
     """A backward that never returns (for Ctrl-C): it touches the file named by
     $RELUEXP_TEST_MARKER first, so a test knows it hangs."""
@@ -1062,6 +1090,8 @@ CORRECT = {
         "tests.corpus.SoftmaxAlongDim", "torch.softmax", "+activation.params.dim=-1"
     ),
     "half_relu_half_tanh": entry("tests.corpus.HalfReluHalfTanh", None),
+    "centered_whole": entry("tests.corpus.CenteredWhole", None),
+    "log_softmax_rows": entry("tests.corpus.LogSoftmaxRows", None),
     "three_inputs": entry(
         "tests.corpus.ScaledShiftedTanh",
         None,

@@ -86,7 +86,7 @@ def test_a_bad_domain_is_one_line(tmp_path, capsys):
     assert code == 2
     assert err == (
         "reluexp.check: error: activation.domain=[2.0, 1.0]: expected [low, high] with "
-        "low < high (.inf for no bound)"
+        "low < high (inf for no bound)"
     )
 
 

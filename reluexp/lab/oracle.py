@@ -278,10 +278,12 @@ class Oracle:
 
         autograd follows the formula: at a point where a piece of it bends (abs or clamp at 0
         inside a smooth softplus) it gives that piece's convention, not the function's
-        derivative; where finite differences are resolved and disagree, they are the truth."""
+        derivative; where finite differences are resolved and disagree, they are the truth (for
+        an elementwise Function: through a row, a large input elsewhere in it swamps the
+        differences' step in float64 rounding, and autograd stays the truth)."""
         replaced = torch.zeros_like(x, dtype=torch.bool)
         uncertainty = torch.zeros_like(x)
-        if self.kind == "surrogate":
+        if self.kind == "surrogate" or (self.kind == "autograd" and not self.structure.elementwise):
             return self.grads(x, grad_output, params), replaced, uncertainty
         differences = finite_differences(
             self.forward(params), x.detach(), grad_output, self.kinks, self.structure
@@ -291,7 +293,8 @@ class Oracle:
                 return [None] * (1 + len(params)), replaced, uncertainty
             by_differences, halved = differences
             unknown = ~resolved(by_differences, halved, x, grad_output)
-            uncertainty = torch.where(unknown, math.inf, 0.0).to(x.dtype)
+            noise = rounding_of_differences(self, x, grad_output, params)
+            uncertainty = torch.where(unknown, math.inf, noise)
             grads = [
                 by_differences,
                 *finite_difference_params(self.subject, x, grad_output, params),
@@ -309,6 +312,24 @@ class Oracle:
             )
             grads[0] = torch.where(replaced, by_differences, grads[0])
         return grads, replaced, uncertainty
+
+
+def rounding_of_differences(
+    oracle: Oracle, x: torch.Tensor, grad_output: torch.Tensor, params: list[torch.Tensor]
+) -> torch.Tensor:
+    """How far float64 rounding of the forward's values can move finite differences: about
+    1.5 float64 units of each output the step moves, times its upstream gradient, over the
+    step; a row's outputs all move with each of its inputs (a value of 1e37 in the row swamps
+    a step of 0.01 entirely), every output for a general Function."""
+    with torch.no_grad():
+        y = oracle.forward(params)(x).double()
+    moved = 1.5 * torch.finfo(torch.float64).eps * (grad_output.abs() * y.abs()).nan_to_num()
+    structure = oracle.structure
+    if structure.kind == "rows" and x.dim() > 0:
+        moved = moved.sum(dim=structure.dim % x.dim(), keepdim=True).expand_as(x)
+    elif not structure.elementwise:
+        moved = moved.sum().expand_as(x)
+    return moved / steps_for(x, oracle.kinks)
 
 
 def finite_difference_params(
