@@ -109,8 +109,8 @@ def domain_checks(context: Context) -> list[Check]:
     return [Check("oracle", "domain", check, needed=True)]
 
 
-def oracle_checks(context: Context) -> list[Check]:
-    """The kinks of the forward (on 1-D grids: for a pointwise Function) and the oracle."""
+def kink_search(context: Context) -> list[Check]:
+    """The kinks of the forward (on 1-D grids: for a pointwise Function)."""
     subject = context.subject
 
     def kinks() -> Learnt:
@@ -127,6 +127,8 @@ def oracle_checks(context: Context) -> list[Check]:
 
 
 def oracle_choice(context: Context) -> list[Check]:
+    """The oracle (oracle.choose_oracle), knowing the structure, the domain and the kinks."""
+
     def chosen() -> Learnt:
         x = context.sample((4, 5), torch.Generator().manual_seed(0))
         with users_code(context.subject):
@@ -138,35 +140,26 @@ def oracle_choice(context: Context) -> list[Check]:
     return [Check("oracle", "oracle", chosen, needed=True)]
 
 
-def reference_stage(context: Context) -> list[Check]:
-    return reference_checks(context) if context.subject.reference is not None else []
-
-
 @dataclass(frozen=True)
 class Stage:
-    """A named step of the check: the checks it makes from the context (timed together)."""
+    """A named step of the check, timed as one: what makes its checks from the context, in
+    order (each maker sees what the checks before it learnt)."""
 
     name: str
-    checks: Callable[[Context], list[Check]]
+    makers: tuple[Callable[[Context], list[Check]], ...]
 
 
 STAGES = [
-    Stage("returns", returns_checks),
-    Stage("structure and domain", structure_checks),
-    Stage("structure and domain", domain_checks),
-    Stage("kinks and oracle", oracle_checks),
-    Stage("kinks and oracle", oracle_choice),
-    Stage("gradients", gradient_checks),
-    Stage("double backward", double_backward_checks),
-    Stage("parity, kinks, edges", parity_checks),
-    Stage("parity, kinks, edges", kink_checks),
-    Stage("parity, kinks, edges", edge_checks),
-    Stage("training", training_checks),
-    Stage("large inputs", range_checks),
-    Stage("reference", reference_stage),
-    Stage("transforms, memory, cost", transform_checks),
-    Stage("transforms, memory, cost", memory_checks),
-    Stage("transforms, memory, cost", cost_checks),
+    Stage("returns", (returns_checks,)),
+    Stage("structure and domain", (structure_checks, domain_checks)),
+    Stage("kinks and oracle", (kink_search, oracle_choice)),
+    Stage("gradients", (gradient_checks,)),
+    Stage("double backward", (double_backward_checks,)),
+    Stage("parity, kinks, edges", (parity_checks, kink_checks, edge_checks)),
+    Stage("training", (training_checks,)),
+    Stage("large inputs", (range_checks,)),
+    Stage("reference", (reference_checks,)),
+    Stage("transforms, memory, cost", (transform_checks, memory_checks, cost_checks)),
 ]
 
 
@@ -200,20 +193,21 @@ def run_checks(subject: Subject, experiment: Config, options: Options) -> Checke
     for stage in STAGES:
         start = time.perf_counter()
         try:
-            for check in stage.checks(context):
-                learnt = run_check(check, subject)
-                report.findings.extend(learnt.findings)
-                report.facts |= learnt.facts
-                report.notes.extend(learnt.notes)
-                context = replace(context, **learnt.context)
-                if check.needed and any(
-                    f.status not in (Status.PASS, Status.INFO) for f in learnt.findings
-                ):
-                    return Checked(report, subject)
+            for make in stage.makers:
+                for check in make(context):
+                    learnt = run_check(check, subject)
+                    report.findings.extend(learnt.findings)
+                    report.facts |= learnt.facts
+                    report.notes.extend(learnt.notes)
+                    context = replace(context, **learnt.context)
+                    if check.needed and any(
+                        f.status not in (Status.PASS, Status.INFO) for f in learnt.findings
+                    ):
+                        return Checked(report, subject)
         except KeyboardInterrupt:
             raise Interrupted(stage.name) from None
         finally:
-            seconds[stage.name] = seconds.get(stage.name, 0.0) + time.perf_counter() - start
+            seconds[stage.name] = time.perf_counter() - start
     if subject.reference is None:
         report.notes.append(NO_REFERENCE)
     oracle = context.truth
