@@ -149,6 +149,12 @@ def start_long_sweep(env, cwd: Path, seeds: str, steps: int = STEPS) -> subproce
     return process
 
 
+def jobs_story(cwd: Path) -> str:
+    """For a failed assertion: each job's submitit log (its attempts, signals, requeues)."""
+    logs = sorted(cwd.glob("outputs/multirun/*/.submitit/*/*_log.*"))
+    return "\n".join(f"== {log.name}\n{log.read_text()[-3000:]}" for log in logs)
+
+
 def test_a_cancelled_job_is_a_result_and_the_sweep_goes_on(slurm_env, tmp_path):
     process = start_long_sweep(slurm_env, tmp_path, "1,2")
     first = json.loads(next(tmp_path.glob("outputs/multirun/*/000_*/summary.json")).read_text())
@@ -248,11 +254,13 @@ def test_sigusr2_requeues_the_job_and_it_resumes_bit_for_bit(slurm_env, tmp_path
     while squeue(slurm_env, "-j", job, "-o", "%T") != "PENDING":
         assert time.monotonic() < deadline, "the job was not requeued"
         time.sleep(0.1)
-    # A requeued job waits out SLURM's requeue hold (minutes); the test need not.
-    update = ["scontrol", "update", f"JobId={job}", "StartTime=now"]
+    # A requeued job waits out SLURM's requeue hold (minutes); the test need not, but it must
+    # not start the job in the second its first attempt was killed in: the node refuses that
+    # launch ("Job credential revoked") and the job ends FAILED, never run again.
+    update = ["scontrol", "update", f"JobId={job}", "StartTime=now+2"]
     subprocess.run(update, env=slurm_env, check=True)
     _, stderr = process.communicate(timeout=600)
-    assert process.returncode == 0, stderr
+    assert process.returncode == 0, stderr + jobs_story(tmp_path)
     (run_dir,) = tmp_path.glob("outputs/multirun/*/000_*")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps_done"] == STEPS
