@@ -4,7 +4,7 @@ declared surrogate, or central finite differences of the forward where autograd 
 it (numpy inside, non-differentiable ops, a Module or function that hides its Function)."""
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,13 +97,22 @@ def steps_for(x: torch.Tensor, kinks: list[Kink]) -> torch.Tensor:
     return h
 
 
+# The five-point rule's points, in steps from x, and the change it gives per unit of the step
+# from the forward's values there (f: indexable by the points' order).
+FIVE_POINTS = (-2, -1, 1, 2)
+
+
+def five_point_change(f: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+    return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / 12
+
+
 def stencil(
     forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, h: torch.Tensor
 ) -> torch.Tensor:
     """d forward / dx element by element (forward elementwise), five points, float64."""
     with torch.no_grad():
-        f = [forward(x + k * h).double() for k in (-2, -1, 1, 2)]
-    return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h)
+        f = [forward(x + k * h).double() for k in FIVE_POINTS]
+    return five_point_change(f) / h
 
 
 # Finite differences of a Function whose outputs each depend on every input move its elements
@@ -135,9 +144,8 @@ def vjp_by_differences(
         step = torch.zeros(x.numel(), dtype=torch.float64)
         step[i] = h.reshape(-1)[i]
         with torch.no_grad():
-            f = [forward(x + k * step.reshape(x.shape)).double() for k in (-2, -1, 1, 2)]
-        change = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / 12  # per unit of the element's step
-        vjp[i] = (grad_output * change).sum() / step[i]
+            f = [forward(x + k * step.reshape(x.shape)).double() for k in FIVE_POINTS]
+        vjp[i] = (grad_output * five_point_change(f)).sum() / step[i]
     return vjp.reshape(x.shape)
 
 
@@ -161,13 +169,12 @@ def rows_vjp(
     row, element = wanted.movedim(axis, -1).reshape(-1, n).nonzero(as_tuple=True)
     moves = torch.zeros(len(row), n, dtype=torch.float64)
     moves[torch.arange(len(row)), element] = step[row, element]
-    points = torch.stack([rows[row] + k * moves for k in (-2, -1, 1, 2)]).reshape(-1, n)
+    points = torch.stack([rows[row] + k * moves for k in FIVE_POINTS]).reshape(-1, n)
     with torch.no_grad():
         out = forward(points) if dim == -1 else forward(points.T).T
-    f = out.double().reshape(4, len(row), n)
-    change = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / 12  # per unit of the element's step
+    f = out.double().reshape(len(FIVE_POINTS), len(row), n)
     vjp = torch.zeros_like(rows)
-    vjp[row, element] = (g[row] * change).sum(-1) / step[row, element]
+    vjp[row, element] = (g[row] * five_point_change(f)).sum(-1) / step[row, element]
     return vjp.reshape(last.shape).movedim(-1, axis)
 
 
