@@ -2,14 +2,17 @@
 configs are, the resolvers they use, the named studies, and composition errors as one line."""
 
 import copy
+import difflib
 import json
 import os
 import re
 import textwrap
 import traceback
+from dataclasses import fields, is_dataclass
 from datetime import datetime
 from enum import Enum
 from importlib import metadata, resources
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import hydra
@@ -24,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
 from hydra_plugins.reluexp_launcher import launchers
-from reluexp.config import Config, key_meanings
+from reluexp.config import Config, ConfigError, key_meanings
 from reluexp.sweeps.names import job_dir_name
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
@@ -104,11 +107,47 @@ for preset in sorted(resources.files(EXPERIMENTS_MODULE).iterdir(), key=lambda p
         )
 
 
+# Where a new key means something: a target's keyword arguments, which the target's own
+# signature checks (functions/targets.py).
+OPEN_KEY = "activation.params"
+# Groups chosen at the top of the config whose name is no key of the schema.
+TOP_GROUPS = ("experiment",)
+
+
+def close_match(key: str, candidates: Iterable[str]) -> str | None:
+    """The candidate a mistyped key most likely meant (`activaton` -> `activation`)."""
+    matches = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unread_keys(
+    node: DictConfig, schema: type = Config, prefix: str = ""
+) -> Iterator[tuple[str, str | None]]:
+    """Keys of a composed config that no field of the schema reads (one added with Hydra's `+`,
+    such as `+activaton=relu`), dotted, each with the key it most likely meant."""
+    schema_fields = {field.name: field.type for field in fields(schema)}
+    for key in node:
+        dotted = f"{prefix}{key}"
+        if key not in schema_fields:
+            match = close_match(str(key), schema_fields)
+            yield dotted, match and f"{prefix}{match}"
+        elif is_dataclass(schema_fields[key]) and isinstance(node[key], DictConfig):
+            yield from unread_keys(node[key], schema_fields[key], f"{dotted}.")
+
+
 def task_config(cfg: DictConfig) -> Config:
-    """The typed task config: the composed config without its `hydra` node."""
+    """The typed task config: the composed config without its `hydra` node. A key that nothing
+    reads is a ConfigError naming it: it would change nothing, and the run would be the
+    default's."""
     cfg = copy.deepcopy(cfg)
     with read_write(cfg), open_dict(cfg):
         del cfg["hydra"]
+    for key, match in unread_keys(cfg):
+        raise ConfigError(
+            f"{key}: no such key, so nothing would read it"
+            + (f"; did you mean {match}?" if match else "")
+            + f" (only {OPEN_KEY} takes new keys)"
+        )
     return OmegaConf.to_object(cfg)
 
 
@@ -175,12 +214,29 @@ def one_line(error: BaseException) -> str:
     cause = str(error.__cause__).strip() if error.__cause__ is not None else ""
     if cause:
         line = f"{line.rstrip('.')}: {cause.splitlines()[0]}"
-    # A key the config does not have (a custom activation's param) is added with Hydra's `+`.
     append = re.search(r"To append to your config use (\+\S+)", text)
     if append:
-        line += f"; a new key is added with a +: {append.group(1)}"
+        line = unknown_key_line(error.__cause__, append.group(1)) or line
     # A missing group option comes with the available ones, one per tab-indented line.
     options = re.findall(r"^\t(\S+)$", text, flags=re.M)
     if options:
         line += f"; available: {', '.join(options)}"
+    return line
+
+
+def unknown_key_line(error: BaseException | None, append: str) -> str | None:
+    """An override of a key the config does not have, as one line: the key it most likely
+    meant first, and Hydra's `+` only where a new key means something (OPEN_KEY: a custom
+    activation's params)."""
+    parent = getattr(error, "parent_node", None)
+    full_key = getattr(error, "full_key", None)
+    if not isinstance(parent, DictConfig) or not full_key:
+        return None
+    key = str(full_key).rpartition(".")[2]
+    prefix = str(full_key)[: -len(key)]
+    candidates = [str(k) for k in parent if k != "hydra"] + (list(TOP_GROUPS) if not prefix else [])
+    match = close_match(key, candidates)
+    line = f"{full_key}: no such key" + (f"; did you mean {prefix}{match}?" if match else "")
+    if prefix.rstrip(".") == OPEN_KEY:
+        return f"{line} (a new key is added with a +: {append})"
     return line

@@ -87,6 +87,33 @@ def test_bad_overrides_fail_at_compose_time_naming_the_key(override, message, co
 
 
 @pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "+activaton=relu",
+            "activaton: no such key, so nothing would read it; did you mean activation?",
+        ),
+        (
+            "+model.hiden=[5]",
+            "model.hiden: no such key, so nothing would read it; did you mean model.hidden?",
+        ),
+        ("+data.widht=3", "data.widht: no such key, so nothing would read it"),
+    ],
+)
+def test_a_key_added_with_a_plus_that_nothing_reads_is_refused(override, message):
+    with pytest.raises(ConfigError) as raised:
+        hydra_glue.task_config(hydra_glue.compose_config([override]))
+    assert str(raised.value).startswith(message)
+
+
+def test_a_custom_activations_new_param_is_read():
+    cfg = hydra_glue.compose_config(
+        ["activation=custom", "activation.target=torch.relu", "+activation.params.b=2"]
+    )
+    assert hydra_glue.task_config(cfg).activation.params == {"b": 2}
+
+
+@pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("lr", 0.0, "lr=0.0: must be finite and > 0"),

@@ -441,7 +441,8 @@ def test_the_report_gives_the_cost_against_the_reference(tmp_path):
                 "activation.target=tests.corpus.Squareplus",
                 "activation.params.b=2",
             ],
-            "Key 'b' is not in struct; a new key is added with a +: +activation.params.b=2",
+            "activation.params.b: no such key (a new key is added with a +: "
+            "+activation.params.b=2)",
         ),
         (
             ["activation=spike", "activation.surrogate=os.system"],

@@ -90,11 +90,28 @@ BAD_INPUTS = [
         "reluexp: error: Error merging override lr=fast: "
         "Value 'fast' of type 'str' could not be converted to Float",
     ),
-    (["stepz=3"], "reluexp: error: Could not override 'stepz': Key 'stepz' not in 'Config'"),
+    # 47.2: the key it most likely meant first; Hydra's `+` only where a new key means something.
+    (["stepz=3"], "reluexp: error: stepz: no such key; did you mean steps?"),
+    (["data.width=3"], "reluexp: error: data.width: no such key"),
+    (["activaton=relu"], "reluexp: error: activaton: no such key; did you mean activation?\n"),
     (
-        ["data.width=3"],
-        "reluexp: error: Could not override 'data.width': Key 'width' not in 'DataConfig'",
+        ["activation=leaky_relu", "activation.params.negative_slop=0.2"],
+        "reluexp: error: activation.params.negative_slop: no such key; did you mean "
+        "activation.params.negative_slope? (a new key is added with a +: "
+        "+activation.params.negative_slop=0.2)",
     ),
+    # 47.2: a key added with `+` that nothing reads once trained the default.
+    (
+        ["+activaton=relu"],
+        "reluexp: error: activaton: no such key, so nothing would read it; did you mean "
+        "activation? (only activation.params takes new keys)",
+    ),
+    (
+        ["+model.hiden=[5]"],
+        "reluexp: error: model.hiden: no such key, so nothing would read it; "
+        "did you mean model.hidden?",
+    ),
+    (["-m", "+activaton=relu,myrelu"], "did you mean activation?"),
     (
         ["activation=nope"],
         "reluexp: error: In 'config': Could not find 'activation/nope'; "
@@ -134,6 +151,7 @@ def test_bad_inputs_exit_nonzero_with_a_message_and_no_traceback(tmp_path):
         assert process.returncode == 2
     # Nothing trained, and no run directory was made.
     assert not list(tmp_path.glob("outputs/runs/*"))
+    assert not list(tmp_path.glob("outputs/multirun/*"))
 
 
 def start_training(run_dir):
