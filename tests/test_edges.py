@@ -562,7 +562,7 @@ def test_a_disk_with_room_for_hydras_files_but_not_the_reserve_gets_no_directory
         (["hydra.job.name=a/b"], "reluexp: error: hydra.job.name='a/b': must be a valid file name"),
         (
             ["activation.target=no.such.Thing"],
-            "reluexp: error: activation.target=no.such.Thing: not an importable",
+            "reluexp: error: activation.target=no.such.Thing: no module named 'no' was found",
         ),
         (
             ["activation=leaky_relu", "activation.params.negative_slope=abc"],

@@ -47,7 +47,17 @@ BAD_INPUTS = [
     (["device=tpu"], "reluexp: error: device='tpu': expected auto, cpu, cuda, cuda:N or mps"),
     (
         ["activation.target=no.such.Thing"],
-        "reluexp: error: activation.target=no.such.Thing: not an importable",
+        "reluexp: error: activation.target=no.such.Thing: no module named 'no' was found",
+    ),
+    (  # 47.5: it has the form; what is missing is the module
+        ["activation=custom", "activation.target=nu_functionz.Softplus"],
+        "reluexp: error: activation.target=nu_functionz.Softplus: no module named "
+        "'nu_functionz' was found (neither installed nor a nu_functionz.py or nu_functionz/ "
+        "package in the working directory",
+    ),
+    (
+        ["activation=custom", "activation.target=relu"],
+        "reluexp: error: activation.target=relu: not a dotted path (expected pkg.module.Name)",
     ),
     (
         ["activation.target=torch.nope"],

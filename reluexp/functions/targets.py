@@ -102,7 +102,12 @@ def import_object(path: str, key: str = "activation.target", run_dir: Path | Non
         except AttributeError:
             raise ConfigError(f"{key}={path}: module {module_name!r} has no {attr!r}") from None
         return obj
-    raise ConfigError(f"{key}={path}: not an importable dotted path (expected pkg.module.Name)")
+    if len(parts) < 2 or not all(part.isidentifier() for part in parts):
+        raise ConfigError(f"{key}={path}: not a dotted path (expected pkg.module.Name)")
+    raise ConfigError(
+        f"{key}={path}: no module named {parts[0]!r} was found (neither installed nor a "
+        f"{parts[0]}.py or {parts[0]}/ package in the working directory, {os.getcwd()})"
+    )
 
 
 def is_function(obj: object) -> bool:
