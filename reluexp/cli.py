@@ -186,10 +186,26 @@ def say_closing(line: str) -> None:
 
 
 def final_loss_text(summary: RunSummary) -> str:
-    """`final loss 639.53...`, or why there is none (summary.json holds null for NaN/inf)."""
-    if summary.final_loss is None:
-        return "no finite final loss"
-    return f"final loss {summary.final_loss!r}"
+    """`final loss 639.53...`, or why there is none (summary.json holds null for NaN/inf), and
+    a classifier's held-out accuracy (what it was trained for)."""
+    text = (
+        "no finite final loss"
+        if summary.final_loss is None
+        else f"final loss {summary.final_loss!r}"
+    )
+    return text + accuracy_text(summary)
+
+
+def accuracy_text(summary: RunSummary) -> str:
+    """`, validation accuracy 95.00% (best 95.83% at step 280)`, or '' without a validation
+    split."""
+    if summary.val_accuracy is None:
+        return ""
+    text = f", validation accuracy {summary.val_accuracy:.1%}"
+    best = summary.best_val_accuracy
+    if best is not None and best > summary.val_accuracy:
+        text += f" (best {best:.1%} at step {summary.best_val_accuracy_step})"
+    return text
 
 
 def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:

@@ -23,7 +23,7 @@ from reluexp import cli
 from reluexp.config import Config
 from reluexp.record import progress
 from reluexp.run import runner
-from tests.helpers import SMALL, run_cli
+from tests.helpers import SMALL, run_cli, summary
 
 pytestmark = pytest.mark.slow
 
@@ -310,6 +310,30 @@ def test_a_run_ends_with_one_closing_line_kept_in_its_log(tmp_path, quiet):
     assert last.startswith("reluexp: completed after 3 steps, final loss ")
     assert last.endswith("Run dir: run. Dashboard: tensorboard --logdir run")
     assert (run / "reluexp.log").read_text().strip().splitlines()[-1].endswith(last)
+
+
+def test_a_classifiers_closing_line_and_job_lines_say_its_validation_accuracy(tmp_path):
+    """47.3: the accuracy a classifier is trained for was in summary.json alone."""
+    run = tmp_path / "run"
+    result = run_cli("data=digits", "steps=20", "device=cpu", f"hydra.run.dir={run}", cwd=tmp_path)
+    record = summary(run)
+    last = result.stderr.strip().splitlines()[-1]
+    accuracy = f", validation accuracy {record['val_accuracy']:.1%}"
+    assert f"final loss {record['final_loss']!r}{accuracy}" in last
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        "-m",
+        "data=digits",
+        "steps=20",
+        "seed=1,2",
+        "device=cpu",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    for number, job in enumerate(sorted(sweep.glob("00*"))):
+        accuracy = summary(job)["val_accuracy"]
+        assert f"[{number + 1}/2] seed={number + 1} completed loss=" in result.stderr
+        assert f" val_accuracy={accuracy:.1%} in " in result.stderr
 
 
 def test_progress_logs_plain_lines_when_not_a_terminal(tmp_path, caplog, monkeypatch):

@@ -15,11 +15,10 @@ from reluexp.record.metrics import Block
 # gets a warning: it trained in name only.
 STALL_FRACTION = 0.01
 STALL_STEPS = 2
-# Where an optimizer's lr usually lies: an lr ten times below gets named as the likely cause.
+# Where an optimizer's lr usually lies: said beside its steps' size when the lr is below it.
 USUAL_LR = {Optimizer.adam: (1e-4, 1e-2)}
-# Manual or SGD steps that together move the weights by less than this fraction of their norm:
-# named as the likely cause (a step's size depends on the data and the loss, so it is measured,
-# not a range).
+# Steps that together move the weights by less than this fraction of their norm: a warning, with
+# their size (a manual or SGD step's size depends on the data and the loss, so it is measured).
 SMALL_MOVE = 1e-2
 
 
@@ -51,6 +50,8 @@ class Outcome:
     # step, the last recorded training accuracy (summary.json's fields of the same names).
     evaluation: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # The largest relative step of the update recorded (take_step_sizes).
+    largest_step: float = 0.0
     # The last recorded step's row (for the size of a step), not checkpointed.
     last_row: dict[str, float] = field(default_factory=dict, repr=False)
 
@@ -96,7 +97,9 @@ class Outcome:
                     break
         block = block.first(kept)
         self.final_loss = block.rows[-1][loss]
-        self.last_row = dict(zip(streamed, block.rows[-1]))
+        rows = [dict(zip(streamed, row)) for row in block.rows]
+        self.take_step_sizes(rows, config)
+        self.last_row = rows[-1]
         if block.steps[0] == 0:
             self.first_loss = block.rows[0][loss]
         return block
@@ -118,40 +121,55 @@ class Outcome:
         if not any(warning.startswith(kind) for warning in self.warnings):
             self.warnings.append(f"{kind} from step {step}: {consequence}")
 
-    def check_progress(self, config: Config, steps_done: int) -> None:
-        """A completed run whose loss barely moved looks `completed`: warn, with the likely
-        cause."""
-        first, last = self.first_loss, self.final_loss
-        if steps_done < STALL_STEPS or not (math.isfinite(first) and math.isfinite(last)):
+    def check_progress(self, config: Config, steps_done: int, parameters: int) -> None:
+        """A completed run that barely learnt looks `completed`: warn when its loss barely moved
+        or its steps were too small to move its `parameters` weights, with the likely cause."""
+        if steps_done < STALL_STEPS:
             return
+        small_steps = self.small_steps(config, steps_done, parameters)
+        first, last = self.first_loss, self.final_loss
         moved = (last - first) / abs(first) if first else math.inf
-        if abs(moved) >= STALL_FRACTION:
+        if not (math.isfinite(moved) and abs(moved) < STALL_FRACTION):
+            if small_steps:
+                self.warn("steps too small", 0, small_steps)
             return
         consequence = f"{first:.4g} to {last:.4g} ({moved:+.2%}) in {steps_done} steps"
-        optimizer = config.optimizer
-        usual = USUAL_LR.get(optimizer)
-        step = self.relative_step(config)
-        if usual is not None and config.lr < usual[0] / 10:
-            consequence += (
-                f"; lr={config.lr:g} is far below {optimizer.value}'s usual range ({usual[0]:g} "
-                f"to {usual[1]:g})"
-            )
-        elif step is not None and step * steps_done < SMALL_MOVE:
-            consequence += (
-                f"; a step moves the weights by ~{step:.1g} of their norm (lr={config.lr:g} x "
-                f"gradient norm / weight norm), ~{step * steps_done:.1g} in {steps_done} steps: "
-                "a larger lr moves them more"
-            )
-        self.warn("loss barely moved", 0, consequence)
+        self.warn("loss barely moved", 0, consequence + (f"; {small_steps}" if small_steps else ""))
 
-    def relative_step(self, config: Config) -> float | None:
-        """How far the last recorded manual or SGD step moved the weights, as a fraction of
-        their norm: lr x total gradient norm / total weight norm (None for adam, whose step
-        does not scale with the gradient, or without a finite row)."""
-        row = self.last_row
-        if not row or config.optimizer == Optimizer.adam:
-            return None
-        squares = [v**2 for tag, v in row.items() if tag.startswith(tags.WEIGHT_NORM_PREFIX)]
-        weights = math.sqrt(sum(squares))
-        step = config.lr * row[tags.GRAD_NORM_TOTAL] / weights if weights > 0 else math.nan
-        return step if math.isfinite(step) else None
+    def small_steps(self, config: Config, steps_done: int, parameters: int) -> str:
+        """The lr's advice, in terms of the step the optimizer takes: where the largest step
+        recorded, times the steps, moves the weights by under SMALL_MOVE of their norm, how
+        far (and, for an optimizer with a usual lr range, that range); else ''."""
+        optimizer = config.optimizer
+        if optimizer == Optimizer.adam:
+            # Adam's step is about lr per weight whatever the gradient: lr x sqrt(n) in norm.
+            step = config.lr * math.sqrt(parameters) / weight_norm(self.last_row)
+            how = f"adam's step, lr x sqrt({parameters} weights) / weight norm"
+        else:
+            step = self.largest_step
+            how = "lr x gradient norm / weight norm, the largest step recorded"
+        if not math.isfinite(step) or step * steps_done >= SMALL_MOVE:
+            return ""
+        advice = (
+            f"a step moves the weights by ~{step:.1g} of their norm (lr={config.lr:g}: {how}), "
+            f"~{step * steps_done:.1g} in {steps_done} steps: a larger lr moves them more"
+        )
+        usual = USUAL_LR.get(optimizer)
+        if usual is not None and config.lr < usual[0]:
+            advice += f" ({optimizer.value}'s usual lr: {usual[0]:g} to {usual[1]:g})"
+        return advice
+
+    def take_step_sizes(self, rows: list[dict[str, float]], config: Config) -> None:
+        """The largest relative step of a manual or SGD update so far: lr x total gradient norm
+        / total weight norm, for the lr advice (small_steps)."""
+        for row in rows:
+            step = config.lr * row[tags.GRAD_NORM_TOTAL] / weight_norm(row)
+            if math.isfinite(step):
+                self.largest_step = max(self.largest_step, step)
+
+
+def weight_norm(row: dict[str, float]) -> float:
+    """The norm of every weight together, from a row's norm per weight (NaN without any)."""
+    squares = [v**2 for tag, v in row.items() if tag.startswith(tags.WEIGHT_NORM_PREFIX)]
+    total = math.sqrt(sum(squares))
+    return total if total > 0 else math.nan

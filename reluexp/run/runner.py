@@ -266,7 +266,7 @@ def record_the_end(training: Training, summary: RunSummary) -> RunResult:
     status = "completed" if outcome.diverged_at is None else "diverged"
     if status == "completed":
         said = len(outcome.warnings)
-        outcome.check_progress(training.config, state.step)
+        outcome.check_progress(training.config, state.step, state.parameter_count)
         for warning in outcome.warnings[said:]:
             log.warning("warning: %s", warning)
     finish(training, summary, status)

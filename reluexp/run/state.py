@@ -18,7 +18,7 @@ from reluexp.run.outcome import Outcome
 from reluexp.run.update import WeightUpdate
 
 # What a checkpoint's fields are: a checkpoint of another format is refused, not misread.
-CHECKPOINT_FORMAT = 3
+CHECKPOINT_FORMAT = 4
 
 log = logging.getLogger("reluexp")
 
@@ -44,6 +44,11 @@ class RunState:
     @property
     def wall_time_s(self) -> float:
         return self.earlier_wall_time_s + time.perf_counter() - self.segment_start
+
+    @property
+    def parameter_count(self) -> int:
+        """How many numbers the update trains."""
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
     def activation_params(self) -> dict[str, torch.Tensor]:
         """The activation Modules' own trained parameters, by their names in the model."""
@@ -143,7 +148,7 @@ def check_checkpoint(
     outcome = checkpoint.get("outcome")
     if not isinstance(outcome, dict) or set(outcome) != set(Outcome().state_dict()):
         refuse("outcome", "is not a run's outcome")
-    for name in ("min_loss", "final_loss", "first_loss"):
+    for name in ("min_loss", "final_loss", "first_loss", "largest_step"):
         if not number(outcome[name]):
             refuse(f"outcome's {name}", f"is {outcome[name]!r}: must be a number")
     diverged = (outcome["diverged_at"], outcome["diverged_on"])

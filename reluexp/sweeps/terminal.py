@@ -79,7 +79,10 @@ def job_line(number: int, plan: Plan, summary: RunSummary) -> str:
     else:
         final_loss = math.nan if summary.final_loss is None else summary.final_loss
         wall_time = math.nan if summary.wall_time_s is None else summary.wall_time_s
-        line += f" loss={final_loss:.4g} in {wall_time:.1f} s"
+        line += f" loss={final_loss:.4g}"
+        if summary.val_accuracy is not None:
+            line += f" val_accuracy={summary.val_accuracy:.1%}"
+        line += f" in {wall_time:.1f} s"
     if summary.slurm_job_id:
         line += f" (SLURM job {summary.slurm_job_id})"
     return line
