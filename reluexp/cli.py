@@ -138,6 +138,11 @@ class Lifecycle(Callback):
         with start_up_checks():
             start_sweep(config)
         sweep_dir = Path(config.hydra.sweep.dir)
+        plan = sweep_dir / "multirun.yaml"
+        if not plan.exists():
+            # Hydra's basic sweeper writes the sweep's config there, and its report reads it;
+            # a sweeper that chooses as it goes (Optuna) does not.
+            OmegaConf.save(config, plan)
         if not config.quiet:
             say_sweep_start(config.hydra, sweep_dir)
         # A signal outside the jobs' training (which stops at a step boundary): between jobs,

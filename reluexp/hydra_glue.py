@@ -8,11 +8,11 @@ import os
 import re
 import textwrap
 import traceback
+from collections.abc import Iterable, Iterator
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from enum import Enum
 from importlib import metadata, resources
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import hydra

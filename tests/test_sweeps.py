@@ -164,6 +164,21 @@ def test_diverging_sweep_exits_zero(tmp_path):
     assert result.returncode == 0
 
 
+def test_an_optuna_sweep_says_only_what_varies_and_no_noise(tmp_path):
+    """47.4: seven `setup plugin alembic...` lines, every fixed setting in each job line, and
+    a summary ending 'No multirun.yaml: the jobs are those found'."""
+    sweep_dir, result = sweep(
+        tmp_path, "experiment=lr_search", "hydra.sweeper.n_trials=3", "steps=5", "device=cpu"
+    )
+    assert "setup plugin" not in result.stderr
+    job_lines = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    job_lines = [line for line in job_lines if not line.startswith("[20")]  # Hydra's own
+    assert [line[:9] for line in job_lines] == ["[1/3] lr=", "[2/3] lr=", "[3/3] lr="]
+    assert not any("device=" in line or "steps=" in line for line in job_lines)
+    summary_md = (sweep_dir / "summary.md").read_text()
+    assert "multirun.yaml" not in summary_md and "3 jobs: " in summary_md
+
+
 def test_report_on_a_partial_sweep(basic_sweep, tmp_path):
     partial = tmp_path / "partial"
     subprocess.run(["cp", "-r", str(basic_sweep), str(partial)], check=True)
@@ -204,6 +219,45 @@ def test_a_sweep_stopped_before_its_first_job_is_reported_as_planned(tmp_path, c
     assert "3 jobs: not started: 3" in capsys.readouterr().out
     (row,) = csv.DictReader((tmp_path / "summary.csv").open())
     assert (row["group"], row["not_started"]) == ("steps=5", "3")
+
+
+def test_a_diverged_groups_min_loss_is_what_its_runs_reached(tmp_path):
+    """47.4: a diverged group's min loss read `– ± –` though every job had one."""
+    jobs = {f"lr=10 seed={seed}": small_config(steps=20, seed=seed, lr=10.0) for seed in (0, 1)}
+    fake_sweep(tmp_path, jobs)
+    write_report(tmp_path)
+    reached = [RunSummary.read(job).min_loss for job in sorted(tmp_path.glob("00*"))]
+    assert all(isinstance(value, float) for value in reached)
+    (row,) = csv.DictReader((tmp_path / "summary.csv").open())
+    assert row["diverged"] == "2" and float(row["min_loss_mean"]) == statistics.mean(reached)
+    mean = f"{statistics.mean(reached):.4g}"
+    assert f"| {mean} ± " in (tmp_path / "summary.md").read_text()
+    assert "(over 2 jobs, diverged included)" in (tmp_path / "summary.md").read_text()
+
+
+def test_steps_per_s_of_jobs_on_a_busy_machine_are_said_not_to_compare(tmp_path):
+    """47.4: 9.0 steps/s for relu beside 96.5 for myrelu read as 'relu is 10x slower'; the
+    jobs had run on a machine busier than its cores."""
+    fake_sweep(
+        tmp_path,
+        {f"activation={name}": small_config(steps=3) for name in ("myrelu", "relu")},
+    )
+    (busy_job, quiet_job) = sorted(tmp_path.glob("00*"))
+    for job, load in ((busy_job, 5.25), (quiet_job, 0.5)):
+        record = json.loads((job / "summary.json").read_text())
+        assert record["cores"] == os.cpu_count() and record["load_average"] >= 0
+        record["load_average"], record["cores"] = load, 2
+        (job / "summary.json").write_text(json.dumps(record))
+    write_report(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert (
+        "1 of 2 jobs ended on a busy machine (load up to 5.2 on 2 cores): their steps/s do not "
+        "compare." in text
+    )
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    assert rows["activation=myrelu"]["jobs_on_a_busy_machine"] == "1"
+    assert rows["activation=relu"]["jobs_on_a_busy_machine"] == "0"
+    assert text.count("(1 of 1 on a busy machine)") == 1
 
 
 def test_a_report_says_how_many_runs_its_losses_aggregate(tmp_path):

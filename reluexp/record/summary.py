@@ -3,6 +3,7 @@
 import json
 import logging
 import math
+import os
 import platform
 import subprocess
 from dataclasses import asdict, dataclass, field, fields
@@ -52,6 +53,10 @@ class RunSummary:
     min_loss: float | None = None
     wall_time_s: float | None = None
     steps_per_s: float | None = None
+    # The machine's load (runnable processes, the minute before the run ended) and its cores:
+    # steps/s compare runs only on a machine that was not busier than its cores.
+    load_average: float | None = None
+    cores: int | None = None
     diverged_at_step: int | None = None
     # What became non-finite there: `loss`, `gradient norm of w1`, `norm of w2`, ...
     diverged_on: str | None = None
@@ -148,6 +153,7 @@ def record_end(run_dir: Path | None, summary: RunSummary, status: str, **facts: 
     cannot be written then (a full disk) is only logged."""
     summary.status = status
     summary.ended_at = now()
+    summary.load_average, summary.cores = os.getloadavg()[0], os.cpu_count()
     for key, value in facts.items():
         setattr(summary, key, value)
     if summary.min_loss is not None and not math.isfinite(summary.min_loss):

@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from reluexp.record.summary import RunSummary
 from reluexp.run.rundir import shown_path
 from reluexp.sweeps.finish import UNFINISHED, finish_command
-from reluexp.sweeps.report.discovery import Job, jobs_in, planned_jobs
+from reluexp.sweeps.report.discovery import Job, jobs_in, planned_jobs, searched_keys
 from reluexp.sweeps.report.outputs import Written, write_report
 
 loss_log = logging.getLogger("reluexp.losses")
@@ -25,7 +25,8 @@ loss_log = logging.getLogger("reluexp.losses")
 @dataclass(frozen=True)
 class Plan:
     """What multirun.yaml says of a sweep: how many jobs (None: unreadable) and the keys whose
-    value differs between them (None: a sweeper that chooses as it goes, or unreadable)."""
+    value differs between them (a sweeper that chooses as it goes: those it searches; None:
+    unreadable)."""
 
     total: int | None
     varying: frozenset[str] | None
@@ -42,8 +43,10 @@ def sweep_plan(sweep_dir: Path) -> Plan:
     """The sweep's plan, read once per process: every job's lines ask for it, and parsing
     multirun.yaml's overrides takes ~25 ms."""
     planned = planned_jobs(sweep_dir)
-    if not isinstance(planned, list):
-        return Plan(planned, None)
+    if isinstance(planned, int):  # a sweeper that chooses as it goes: the keys it searches
+        return Plan(planned, searched_keys(sweep_dir))
+    if planned is None:
+        return Plan(None, None)
     values: dict[str, set[str]] = {}
     for job in planned:
         for override in job:

@@ -91,6 +91,14 @@ def planned_jobs(sweep_dir: Path) -> list[list[str]] | int | None:
         return None
 
 
+def searched_keys(sweep_dir: Path) -> frozenset[str] | None:
+    """The keys a sweeper that chooses as it goes (Optuna) searches, from multirun.yaml."""
+    try:
+        return frozenset(OmegaConf.load(sweep_dir / "multirun.yaml").hydra.sweeper.params)
+    except Exception:  # missing, or not what Hydra writes
+        return None
+
+
 def plan_problem(sweep_dir: Path) -> str | None:
     """Why the sweep's plan cannot be read, or None when it can."""
     try:

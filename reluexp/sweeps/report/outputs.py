@@ -17,7 +17,13 @@ from reluexp.record.figures import colormap, new_figure, png
 from reluexp.record.tags import IDENTICAL_LOG10, LOSS, layout, loss_band, loss_gap
 from reluexp.record.whole import write_whole
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
-from reluexp.sweeps.report.statistics import Group, finite, group_jobs, summary_rows
+from reluexp.sweeps.report.statistics import (
+    Group,
+    busy_machine,
+    finite,
+    group_jobs,
+    summary_rows,
+)
 
 # Groups per card in TensorBoard's Text tab (summary_texts): its box shows about five rows.
 GROUPS_PER_TEXT = 4
@@ -126,6 +132,21 @@ def over_text(row: dict[str, object], key: str) -> str:
     return f" (over {row[f'{key}_jobs']} of {row['completed']} completed jobs)"
 
 
+def min_loss_over(row: dict[str, object]) -> str:
+    """` (over 3 jobs, diverged included)` where the min loss counts runs that diverged: what
+    they reached before."""
+    if row["min_loss_jobs"] == row["completed"]:
+        return ""
+    return f" (over {row['min_loss_jobs']} jobs, diverged included)"
+
+
+def busy_text(row: dict[str, object]) -> str:
+    """` (2 of 5 on a busy machine)`: jobs whose steps/s a busy machine slowed."""
+    if not row["jobs_on_a_busy_machine"]:
+        return ""
+    return f" ({row['jobs_on_a_busy_machine']} of {row['jobs']} on a busy machine)"
+
+
 def accuracy_text(row: dict[str, object]) -> str:
     if row["val_accuracy_mean"] is None:
         return ""
@@ -165,8 +186,9 @@ def markdown_tables(rows: list[dict[str, object]], per_table: int | None = None)
                 "val accuracy": accuracy_text(row),
                 "vs reference": gap_text(row),
                 "paired vs reference (95%, t)": str(row["paired_verdict"]),
-                "min loss": f"{number(row['min_loss_mean'])} ± {number(row['min_loss_std'], 2)}",
-                "steps/s": number(row["steps_per_s"], 4),
+                "min loss": f"{number(row['min_loss_mean'])} ± {number(row['min_loss_std'], 2)}"
+                + min_loss_over(row),
+                "steps/s": number(row["steps_per_s"], 4) + busy_text(row),
                 "status": ", ".join(statuses),
                 "warnings": f"{row['jobs_with_warnings']}: {row['warning']}"
                 if row["warning"]
@@ -299,6 +321,13 @@ def write_report(sweep_dir: Path) -> Written:
         + (f" (left out: {', '.join(left_out)})." if left_out else ".")
         + (f" {problem[0].upper()}{problem[1:]}: the jobs are those found." if problem else "")
     )
+    busy = [job.summary for job in jobs if busy_machine(job.summary)]
+    if busy:
+        peak = max(busy, key=lambda summary: summary.load_average / summary.cores)
+        header += (
+            f" {len(busy)} of {len(jobs)} jobs ended on a busy machine (load up to "
+            f"{peak.load_average:.1f} on {peak.cores} cores): their steps/s do not compare."
+        )
     constant = jobs[0].constant if jobs else frozenset()
     if constant:
         header += f" Every job: {' '.join(sorted(constant))}."

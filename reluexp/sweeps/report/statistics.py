@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from reluexp.record.events import read_scalars
+from reluexp.record.summary import RunSummary
 from reluexp.record.tags import LOSS
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job
 
@@ -46,8 +47,25 @@ class Group:
 
     def values(self, key: str) -> list[float]:
         """A summary field of the completed jobs, where it is a finite number: runs stopped
-        early would bias the mean."""
-        return [v for job in self.completed if finite(v := getattr(job.summary, key))]
+        early would bias the mean. The min loss is what every run reached, diverged too."""
+        jobs = self.reached if key == "min_loss" else self.completed
+        return [v for job in jobs if finite(v := getattr(job.summary, key))]
+
+    @property
+    def reached(self) -> list[Job]:
+        """Jobs that ended on their own: completed or diverged."""
+        return [job for job in self.jobs if job.summary.ended]
+
+    @property
+    def busy(self) -> list[Job]:
+        """Jobs that ended on a machine busier than its cores: their steps/s say little."""
+        return [job for job in self.jobs if busy_machine(job.summary)]
+
+
+def busy_machine(summary: RunSummary) -> bool:
+    """The run ended with more runnable processes than cores (its own included)."""
+    load, cores = summary.load_average, summary.cores
+    return finite(load) and isinstance(cores, int) and cores > 0 and load > cores
 
 
 def finite(value: object) -> bool:
@@ -172,6 +190,7 @@ def summary_rows(groups: list[Group]) -> list[dict[str, object]]:
                 row[f"{key}_{stat}"] = value
         row["reference_group"] = group.reference.label if group.reference else ""
         row["final_loss_jobs"] = len(group.values("final_loss"))
+        row["min_loss_jobs"] = len(group.values("min_loss"))
         row["val_accuracy_jobs"] = len(group.values("val_accuracy"))
         row["final_loss_vs_reference"] = relative_gap(group)
         # Empty where the group has no reference, or is identical to it at every step.
@@ -184,6 +203,7 @@ def summary_rows(groups: list[Group]) -> list[dict[str, object]]:
         row["paired_half_width_95"] = comparison.half_width if comparison else None
         row["paired_verdict"] = comparison.verdict if comparison else ""
         row["steps_per_s"] = statistics.mean(steps_per_s) if steps_per_s else None
+        row["jobs_on_a_busy_machine"] = len(group.busy)
         for status in (*STATUSES, UNREADABLE):
             row[status.replace(" ", "_")] = statuses.get(status, 0)
         warned = [job.summary.warnings for job in group.jobs if job.summary.warnings]
