@@ -1,20 +1,20 @@
-"""Regenerate docs/tensorboard_*.png: the real TensorBoard pages for a custom_vs_builtin sweep,
-one per tab a person reads (SHOTS), and a CNN's Custom Scalars, a chart per layer
-(tensorboard_layers.png).
+"""Regenerate docs/tensorboard_*.png: the real TensorBoard pages of the headline sweep, opened
+exactly as its closing line says, one per tab a person reads (SHOTS), and a CNN's Custom
+Scalars, a chart per layer (tensorboard_layers.png).
 
     python docs/screenshot.py [SWEEP_DIR]
 
 Without SWEEP_DIR it runs `python -m reluexp -m experiment=custom_vs_builtin device=cpu` in a
-temporary directory first. The pictures show the sweep's report run, its group runs and its
-first seed's jobs: TensorBoard selects every run by default only up to 40 (the sweep has 35
-jobs, 7 groups and its report). The CNN's is `python -m reluexp model=cnn data=digits
-activation=myrelu device=cpu steps=300`.
+temporary directory first; with one, it reports it again (`python -m reluexp.report`) for its
+closing line. Either way TensorBoard serves the logdir that line's `Dashboard:` names (for the
+35-job sweep its group view: a run per group and the report's) and nothing else. The CNN's is
+`python -m reluexp model=cnn data=digits activation=myrelu device=cpu steps=300`.
 Needs Debian's chromium (`apt-get install chromium`). TensorBoard listens on 127.0.0.1 only and
 is stopped at the end.
 """
 
 import json
-import shutil
+import re
 import socket
 import subprocess
 import sys
@@ -59,11 +59,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def dashboard_logdir(closing_line: str) -> Path:
+    """The logdir the sweep's closing line tells its user to open."""
+    match = re.search(r"Dashboard: tensorboard --logdir (\S+)", closing_line)
+    if match is None:
+        raise SystemExit(f"no dashboard in the closing line: {closing_line}")
+    return Path(match.group(1))
+
+
 def sweep(workdir: Path) -> Path:
+    """The headline sweep, run as the README gives it; the logdir its closing line names."""
     command = [sys.executable, "-m", "reluexp", "-m", "experiment=custom_vs_builtin", "device=cpu"]
-    subprocess.run(command, cwd=workdir, check=True, capture_output=True)
-    (sweep_dir,) = (workdir / "outputs" / "multirun").iterdir()
-    return sweep_dir
+    done = subprocess.run(command, cwd=workdir, check=True, capture_output=True, text=True)
+    return workdir / dashboard_logdir(done.stderr.strip().splitlines()[-1])
+
+
+def reported(sweep_dir: Path) -> Path:
+    """An existing sweep directory, reported again; the logdir its last line names."""
+    command = [sys.executable, "-m", "reluexp.report", str(sweep_dir)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return dashboard_logdir(done.stdout.strip().splitlines()[-1])
 
 
 def wait_for_scalars(url: str, expected: int, prefix: str, timeout: float = 180) -> None:
@@ -109,24 +124,6 @@ def serve(logdir: Path) -> tuple[str, subprocess.Popen]:
     return f"http://127.0.0.1:{port}", server
 
 
-def first_seed_and_groups(sweep_dir: Path, logdir: Path) -> int:
-    """Copy the report run, the group runs and the jobs of the sweep's first seed into logdir;
-    count the jobs."""
-    shutil.copytree(sweep_dir / "groups", logdir / "groups")
-    report = "events.out.tfevents.reluexp-report"
-    shutil.copy(sweep_dir / report, logdir / report)
-    summaries = {
-        job: json.loads((job / "summary.json").read_text())
-        for job in sweep_dir.iterdir()
-        if (job / "summary.json").is_file()
-    }
-    first_seed = min(summary["seed"] for summary in summaries.values())
-    jobs = [job for job, summary in summaries.items() if summary["seed"] == first_seed]
-    for job in jobs:
-        shutil.copytree(job, logdir / job.name, ignore=shutil.ignore_patterns("*.pt", ".hydra"))
-    return len(jobs)
-
-
 def screenshot(url: str, output: Path, workdir: str) -> None:
     subprocess.run(
         [
@@ -145,13 +142,12 @@ def screenshot(url: str, output: Path, workdir: str) -> None:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
-        sweep_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else sweep(Path(workdir))
-        logdir = Path(workdir) / "logdir"
-        jobs = first_seed_and_groups(sweep_dir, logdir)
+        logdir = reported(Path(sys.argv[1])) if len(sys.argv) > 1 else sweep(Path(workdir))
+        runs = sum(1 for _ in logdir.rglob("events.out.tfevents.*"))
+        print(f"serving {logdir}: {runs} runs")
         url, server = serve(logdir)
         try:
-            wait_for_scalars(url, jobs, "loss/train_log10")
-            wait_for_scalars(url, 7, "lossrange_log10/")  # the group runs
+            wait_for_scalars(url, runs - 1, "loss/train_log10")  # every run but the report's
             for name, page in SHOTS.items():
                 screenshot(f"{url}/{page}", HERE / f"tensorboard_{name}.png", workdir)
         finally:

@@ -1,6 +1,7 @@
 """End to end, as a user runs it: the command, a sweep, and a real TensorBoard server."""
 
 import contextlib
+import csv
 import json
 import logging
 import pstats
@@ -13,6 +14,8 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import hydra
 import pytest
@@ -135,7 +138,10 @@ def get_bytes(url: str) -> bytes:
         return response.read()
 
 
-def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
+@contextlib.contextmanager
+def tensorboard_server(logdir: Path, expected_runs: int) -> Iterator[tuple[str, list[str]]]:
+    """TensorBoard on logdir, on 127.0.0.1, until it lists expected_runs runs; its URL and
+    runs. Stopped when the test ends, however it ends."""
     port = free_port()
     server = subprocess.Popen(
         [
@@ -143,7 +149,7 @@ def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
             "-m",
             "tensorboard.main",
             "--logdir",
-            str(sweep_dir.parent.parent),
+            str(logdir),
             "--host",
             "127.0.0.1",
             "--port",
@@ -158,17 +164,28 @@ def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         runs: list[str] = []
-        while time.monotonic() < deadline and len(runs) < 7:
+        while time.monotonic() < deadline and len(runs) < expected_runs:
             with contextlib.suppress(OSError):  # not listening yet
                 runs = get_json(f"{base}/data/runs")
             time.sleep(0.5)
-        # One run per job, one per group of seeds, and the sweep's own: its report.
-        report_run = f"multirun/{sweep_dir.name}"
-        jobs = {f"{report_run}/{p.name}" for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()}
+        yield base, runs
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
+    with tensorboard_server(sweep_dir.parent.parent, 7) as (base, runs):
+        # One run per job, one per group of seeds, and the group view's own: the report.
+        report_run = f"multirun/{sweep_dir.name}/groups"
+        jobs = {
+            f"multirun/{sweep_dir.name}/{p.name}"
+            for p in sweep_dir.iterdir()
+            if (p / ".hydra").is_dir()
+        }
         labels = {a: f"activation={a}" for a in ("myrelu", "relu")}
-        groups = {f"{report_run}/groups/{label.replace(' ', ',')}" for label in labels.values()}
+        groups = {f"{report_run}/{label.replace(' ', ',')}" for label in labels.values()}
         assert set(runs) == jobs | groups | {report_run}
-        assert sorted(runs)[0] == report_run
         tags = get_json(f"{base}/data/plugin/scalars/tags")
         for run in jobs:
             assert {
@@ -197,9 +214,14 @@ def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
             if "myrelu" in run:
                 assert "-17 where the two losses are identical" in tags[run][gap_tag]["description"]
         for label in labels.values():
-            run = f"{report_run}/groups/{label.replace(' ', ',')}"
+            run = f"{report_run}/{label.replace(' ', ',')}"
             stats = ("mean", "min", "max")
-            assert set(tags[run]) == {f"lossrange_log10/{label}/{stat}" for stat in stats}
+            assert {f"lossrange_log10/{label}/{stat}" for stat in stats} | {
+                "loss/train",
+                "loss/train_log10",
+                "summary/final_loss",
+                "summary/min_loss",
+            } <= set(tags[run])
         # The report's figure in the Images tab: loss_curves.png, byte for byte.
         images = get_json(f"{base}/data/plugin/images/tags")
         assert sorted(images[report_run]) == [
@@ -237,16 +259,25 @@ def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
             return values[0] if values else None
 
         finals = [metric(g, "summary/final_loss") for g in sessions]
+        # A session per job, and one per group: its mean over the seeds, as summary.csv has it.
         expected_finals = sorted(
-            json.loads((p / "summary.json").read_text())["final_loss"]
-            for p in sweep_dir.iterdir()
-            if (p / ".hydra").is_dir()
+            [
+                json.loads((p / "summary.json").read_text())["final_loss"]
+                for p in sweep_dir.iterdir()
+                if (p / ".hydra").is_dir()
+            ]
+            + [
+                float(row["final_loss_mean"])
+                for row in csv.DictReader((sweep_dir / "summary.csv").open())
+            ]
         )
         assert finals == pytest.approx(expected_finals, rel=1e-6)
         for group in sessions:
             gap = metric(group, "summary/final_loss_vs_reference")
             custom = group["hparams"]["activation.target"] == "reluexp.functions.MyReLU"
             assert (gap is not None) == custom
+        seeds = sorted(g["hparams"]["seed"] for g in sessions)
+        assert seeds == ["0", "0", "1", "1", "mean of 0, 1", "mean of 0, 1"]
         # Custom Scalars: loss first, a band per group, a chart per custom/reference pair.
         layout = get_json(f"{base}/data/plugin/custom_scalars/layout")
         assert [c["title"] for c in layout["category"]][0] == "loss"
@@ -259,9 +290,53 @@ def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
         ]
         pair = "log10 |relative loss gap|: activation=myrelu vs activation=relu (-17: identical)"
         assert re.fullmatch(charts[pair]["multiline"]["tag"][0], gap_tag)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+
+
+def test_the_headline_sweeps_dashboard_fills_by_itself(tmp_path):
+    """47.1: the closing line of `python -m reluexp -m experiment=custom_vs_builtin` named a
+    logdir of 43 runs; TensorBoard ticks none past 40, and every tab but Time Series opened
+    blank. The logdir it names now holds at most 40, and every tab the README shows has data."""
+    result = run_cli("-m", "experiment=custom_vs_builtin", "device=cpu", "threads=1", cwd=tmp_path)
+    closing = result.stderr.strip().splitlines()[-1]
+    logdir = tmp_path / re.search(r"Dashboard: tensorboard --logdir (\S+)", closing).group(1)
+    (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
+    assert logdir == sweep_dir / "groups"
+    assert f"every job: tensorboard --logdir {logdir.parent.relative_to(tmp_path)}, 43 runs" in (
+        closing
+    )
+    with tensorboard_server(logdir, 8) as (base, runs):
+        assert sorted(runs) == [".", *sorted(p.name for p in logdir.iterdir() if p.is_dir())]
+        assert len(runs) == 8 <= 40
+        tags = get_json(f"{base}/data/plugin/scalars/tags")
+        for run in set(runs) - {"."}:
+            assert {"loss/train", "loss/train_log10"} <= set(tags[run]), run
+        customs = ("myrelu", "lean_relu", "leaky_relu", "silu")
+        for custom in customs:
+            assert f"lossgap_log10/activation={custom}" in tags[f"activation={custom}"]
+        # Images and Text: the report's run.
+        images = get_json(f"{base}/data/plugin/images/tags")["."]
+        assert "report/loss_curves" in images and len(images) == 1 + len(customs)
+        assert "report/summary" in get_json(f"{base}/data/plugin/text/tags")["."]
+        # Custom Scalars: every chart of the loss category matches a tag of some run.
+        layout = get_json(f"{base}/data/plugin/custom_scalars/layout")
+        every_tag = {tag for run_tags in tags.values() for tag in run_tags}
+        for chart in layout["category"][0]["chart"]:
+            if "multiline" in chart:
+                patterns = chart["multiline"]["tag"]
+            else:
+                patterns = [series["value"] for series in chart["margin"]["series"]]
+            for pattern in patterns:
+                assert any(re.fullmatch(pattern, tag) for tag in every_tag), chart["title"]
+        # HParams: a session per group.
+        request = {
+            "experimentName": "",
+            "allowedStatuses": ["STATUS_SUCCESS", "STATUS_UNKNOWN"],
+            "colParams": [],
+            "startIndex": 0,
+            "sliceSize": 100,
+        }
+        sessions = post_json(f"{base}/data/plugin/hparams/session_groups", request)
+        assert len(sessions["sessionGroups"]) == 7
 
 
 def test_console_script_is_the_module(tmp_path):

@@ -9,6 +9,7 @@ import time
 import uuid
 from array import array
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,10 @@ from reluexp.record.tags import (
 
 # {category: {chart title: tags}} (tags.layout's shape).
 Layout = dict[str, dict[str, Chart]]
+# Where the HParams tab reads a run's experiment (its columns), session start and end.
+EXPERIMENT_TAG = "_hparams_/experiment"
+SESSION_START_TAG = "_hparams_/session_start_info"
+SESSION_END_TAG = "_hparams_/session_end_info"
 
 
 # The protos below are what torch.utils.tensorboard's hparams() and custom_scalars() build;
@@ -207,6 +212,32 @@ def read_events(run_dir: Path) -> Iterator[Event]:
             offset = end + 4
 
 
+@dataclass
+class Session:
+    """A derived run's HParams session (a sweep group's): the experiment its jobs declared
+    (the same columns in every run, whichever TensorBoard reads the experiment from), its
+    hyperparameters, and its metrics at `step`."""
+
+    experiment: plugin_data_pb2.HParamsPluginData
+    hparams: dict[str, struct_pb2.Value]
+    step: int
+    metrics: dict[str, float]
+
+
+def read_declared(run_dir: Path) -> tuple[plugin_data_pb2.HParamsPluginData, ...] | None:
+    """A run's HParams declaration as EventWriter.declare wrote it: the experiment and the
+    session's start (its hyperparameters); None where the run has none."""
+    found: dict[str, plugin_data_pb2.HParamsPluginData] = {}
+    for event in read_events(run_dir):
+        for value in event.summary.value:
+            if value.tag in (EXPERIMENT_TAG, SESSION_START_TAG) and value.tag not in found:
+                content = value.metadata.plugin_data.content
+                found[value.tag] = plugin_data_pb2.HParamsPluginData.FromString(content)
+        if len(found) == 2:
+            return found[EXPERIMENT_TAG], found[SESSION_START_TAG]
+    return None
+
+
 def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, float]]:
     """tag -> {step: value} of a run, as TensorBoard shows it (tested against its reader).
 
@@ -287,8 +318,8 @@ class EventWriter:
             hparams={name: value for name, (value, _) in values.items()}
         )
         self._write_summaries(
-            hparams_summary("_hparams_/experiment", experiment=experiment),
-            hparams_summary("_hparams_/session_start_info", session_start_info=session_start),
+            hparams_summary(EXPERIMENT_TAG, experiment=experiment),
+            hparams_summary(SESSION_START_TAG, session_start_info=session_start),
         )
         self.declare_layout(layout)
 
@@ -299,10 +330,23 @@ class EventWriter:
     def hparams_end(self, step: int, final_loss: float, min_loss: float) -> None:
         """Record the metrics the HParams tab compares runs by, then close the session."""
         self.scalars(HPARAM_METRICS[:2], [step], [time.time()], [[final_loss, min_loss]])
+        self.end_session()
+
+    def end_session(self) -> None:
         session_end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS)
+        self._write_summaries(hparams_summary(SESSION_END_TAG, session_end_info=session_end))
+
+    def session(self, session: Session) -> None:
+        """A derived run's whole HParams session (Session): declared, its metrics, ended."""
+        start = plugin_data_pb2.SessionStartInfo(hparams=session.hparams)
         self._write_summaries(
-            hparams_summary("_hparams_/session_end_info", session_end_info=session_end)
+            hparams_summary(EXPERIMENT_TAG, experiment=session.experiment.experiment),
+            hparams_summary(SESSION_START_TAG, session_start_info=start),
         )
+        tags = list(session.metrics)
+        values = [session.metrics[tag] for tag in tags]
+        self.scalars(tags, [session.step], [time.time()], [values])
+        self.end_session()
 
     def described_scalar(self, tag: str, step: int, value: float, meaning: str) -> None:
         """One point of a scalar with its description, which TensorBoard shows beside its
@@ -336,14 +380,16 @@ def write_derived(
     layout: Layout | None = None,
     images: dict[str, bytes] | None = None,
     texts: dict[str, str] | None = None,
+    session: Session | None = None,
 ) -> None:
-    """What is computed after the runs (scalars as tag -> {step: value}, a chart layout,
-    images, text) as an event file of their own, `events.out.tfevents.reluexp-<name>`, rewritten
-    whole, so writing twice adds nothing. It is written under a temporary name of this
-    process's (two reports at once never share one) without `tfevents` in it, so TensorBoard
-    never lists it as a run, and renamed into place whole: a killed write leaves the old file,
-    and its temporary one, which the next write removes. Created as the runs' own files are
-    (the umask's mode), so a TensorBoard run by another user reads it too."""
+    """What is computed after the runs (scalars as tag -> {step: value}, a chart layout, images,
+    text, an HParams session) as an event file of their own,
+    `events.out.tfevents.reluexp-<name>`, rewritten whole, so writing twice adds nothing. It is
+    written under a temporary name of this process's (two reports at once never share one)
+    without `tfevents` in it, so TensorBoard never lists it as a run, and renamed into place
+    whole: a killed write leaves the old file, and its temporary one, which the next write
+    removes. Created as the runs' own files are (the umask's mode), so a TensorBoard run by
+    another user reads it too."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / f"events.out.tfevents.reluexp-{name}"
     remove_stale_temporaries(run_dir, name)
@@ -362,6 +408,8 @@ def write_derived(
                 steps = steps[1:]
             rows = [[values[step]] for step in steps]
             writer.scalars([tag], steps, [time.time()] * len(steps), rows)
+        if session is not None:
+            writer.session(session)
         writer.close()
         os.replace(tmp, path)
     finally:

@@ -117,7 +117,7 @@ def closing_line(sweep_dir: Path, written: Written) -> str:
     shown = shown_path(sweep_dir)
     line = (
         f"reluexp: sweep ended, {len(jobs)} jobs: {counts}. Sweep dir: {shown} "
-        f"({written.listing}). Dashboard: tensorboard --logdir {shown}"
+        f"({written.listing}). Dashboard: {written.dashboard(str(shown))}"
     )
     finish = finish_command(sweep_dir)
     if finish is not None and any(status in statuses for status in UNFINISHED):

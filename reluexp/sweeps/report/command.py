@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reluexp.report: error: {where}: cannot write ({error.strerror})", file=sys.stderr)
         return 2
     print((sweep_dir / "summary.md").read_text())
-    print(f"Wrote into {sweep_dir}: {written.listing}")
+    print(f"Wrote into {sweep_dir}: {written.listing}. Dashboard: {written.dashboard(args[0])}")
     return 0
 
 

@@ -1,6 +1,6 @@
-"""What a sweep's report writes: summary.csv and summary.md, loss_curves.png, one TensorBoard run
-per group, each custom job's gap to its reference job, and the sweep directory's own run (the
-figures as images, the table as text, the Custom Scalars layout)."""
+"""What a sweep's report writes: summary.csv and summary.md, loss_curves.png, each custom job's
+gap to its reference job, and the group view (groups/): a TensorBoard run per group and the
+report's own run (the figures as images, the table as text, the Custom Scalars layout)."""
 
 import csv
 import io
@@ -12,9 +12,19 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from reluexp.record.events import Layout, loss_gap_series, write_derived
+from google.protobuf import struct_pb2
+
+from reluexp.record.events import Layout, Session, loss_gap_series, read_declared, write_derived
 from reluexp.record.figures import colormap, new_figure, png
-from reluexp.record.tags import IDENTICAL_LOG10, LOSS, layout, loss_band, loss_gap
+from reluexp.record.tags import (
+    HPARAM_METRICS,
+    IDENTICAL_LOG10,
+    LOSS,
+    LOSS_LOG10,
+    layout,
+    loss_band,
+    loss_gap,
+)
 from reluexp.record.whole import write_whole
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
 from reluexp.sweeps.report.statistics import (
@@ -27,22 +37,56 @@ from reluexp.sweeps.report.statistics import (
 
 # Groups per card in TensorBoard's Text tab (summary_texts): its box shows about five rows.
 GROUPS_PER_TEXT = 4
+# The sweep directory's group view: the report's run and a run per group. TensorBoard ticks
+# every run of a logdir by itself only up to MAX_TICKED_RUNS (40); a sweep of more jobs opens
+# on blank charts, its group view does not.
+GROUP_VIEW = "groups"
+MAX_TICKED_RUNS = 40
 
 
-def write_group_runs(sweep_dir: Path, groups: list[Group]) -> None:
-    """One TensorBoard run per group, `groups/<label>`: the log10 of its jobs' mean, min and
-    max loss per step (tags.loss_band), which Custom Scalars' margin chart draws as a line and
-    a band, one per group."""
-    for group in groups:
+def write_group_runs(view: Path, groups: list[Group], rows: list[dict[str, object]]) -> None:
+    """The group view: one TensorBoard run per group, `<view>/<label>`, as a job's run over
+    its seeds: its jobs' mean loss (loss/train and its log10), the log10 of their mean, min
+    and max (tags.loss_band, Custom Scalars' line and band per group), a custom group's mean
+    |relative gap| to its reference under the pair's gap tag, and an HParams session of the
+    group's own (GROUP_VIEW)."""
+    for group, row in zip(groups, rows):
         if not group.losses:
             continue
         steps = sorted(group.losses)
-        series = {
-            tag: {step: math.log10(reduce(group.losses[step])) for step in steps}
-            for tag, reduce in zip(loss_band(group.label), (statistics.mean, min, max))
-        }
+        means = {step: statistics.mean(group.losses[step]) for step in steps}
+        series = {LOSS: means, LOSS_LOG10: {step: math.log10(v) for step, v in means.items()}}
+        for tag, reduce in zip(loss_band(group.label), (statistics.mean, min, max)):
+            series[tag] = {step: math.log10(reduce(group.losses[step])) for step in steps}
+        if group.reference is not None and group.gap:
+            series[loss_gap(group.label)] = loss_gap_series(group.label, group.gap)[
+                loss_gap(group.label)
+            ]
         name = group.label.replace(" ", ",").replace("/", "_")
-        write_derived(sweep_dir / "groups" / name, "group", series)
+        write_derived(view / name, "group", series, session=group_session(group, row, steps[-1]))
+
+
+def group_session(group: Group, row: dict[str, object], step: int) -> Session | None:
+    """A group's HParams session: its first job's hyperparameters, its seeds as `mean of 0, 1,
+    2`, and the table's numbers as the metrics; None where no job declared any."""
+    declared = next(
+        (found for job in group.jobs if job.run_dir and (found := read_declared(job.run_dir))),
+        None,
+    )
+    if declared is None:
+        return None
+    experiment, start = declared
+    hparams = dict(start.session_start_info.hparams)
+    seeds = sorted(job.summary.seed for job in group.jobs if job.summary.seed is not None)
+    hparams["seed"] = struct_pb2.Value(string_value=f"mean of {', '.join(map(str, seeds))}")
+    metrics = {
+        tag: row[key]
+        for tag, key in zip(
+            HPARAM_METRICS, ("final_loss_mean", "min_loss_mean", "final_loss_vs_reference")
+        )
+        if finite(row[key])
+    }
+    return Session(experiment, hparams, step, metrics)
 
 
 def write_job_gaps(groups: list[Group]) -> None:
@@ -280,7 +324,26 @@ class Written:
 
     jobs: list[Job]
     files: list[str]
+    # TensorBoard runs below the sweep directory (jobs with events, the groups, the report's)
+    # and in its group view alone.
+    runs: int = 0
+    view_runs: int = 0
     undrawn: str = ""
+
+    def dashboard(self, sweep_dir: str) -> str:
+        """The tensorboard command whose page fills by itself: the sweep's every run where
+        TensorBoard ticks them all (MAX_TICKED_RUNS), else its group view, with the per-job
+        view beside it."""
+        if self.runs <= MAX_TICKED_RUNS:
+            return f"tensorboard --logdir {sweep_dir}"
+        beyond = f"more than the {MAX_TICKED_RUNS} TensorBoard ticks by itself"
+        view = "one run per group"
+        if self.view_runs > MAX_TICKED_RUNS:
+            view += f", {self.view_runs} runs, {beyond}: tick them in its run list"
+        return (
+            f"tensorboard --logdir {sweep_dir}/{GROUP_VIEW} ({view}; every job: tensorboard "
+            f"--logdir {sweep_dir}, {self.runs} runs, {beyond})"
+        )
 
     @property
     def listing(self) -> str:
@@ -333,9 +396,14 @@ def write_report(sweep_dir: Path) -> Written:
         header += f" Every job: {' '.join(sorted(constant))}."
     summary_md = f"{header}\n\n{markdown_table(rows)}"
     write_whole(sweep_dir / "summary.md", summary_md)
-    write_group_runs(sweep_dir, groups)
+    view = sweep_dir / GROUP_VIEW
+    write_group_runs(view, groups, rows)
     write_job_gaps(groups)
-    written = Written(jobs, ["summary.md", "summary.csv"])
+    view_runs = 1 + sum(1 for group in groups if group.losses)
+    job_runs = sum(
+        1 for job in jobs if job.run_dir and any(job.run_dir.glob("events.out.tfevents.*"))
+    )
+    written = Written(jobs, ["summary.md", "summary.csv"], job_runs + view_runs, view_runs)
     try:
         images = {
             "report/loss_curves": plot_loss_curves(groups),
@@ -350,10 +418,12 @@ def write_report(sweep_dir: Path) -> Written:
     else:
         write_whole(sweep_dir / "loss_curves.png", images["report/loss_curves"])
         written.files.append("loss_curves.png")
-    # The same figures and table in TensorBoard, in the sweep directory's own run: it sorts
-    # before its jobs, so its layout leads the Custom Scalars tab.
+    # The same figures and table in TensorBoard, in the group view's own run: it sorts before
+    # the groups, so its layout leads the Custom Scalars tab. (Reports before the group view
+    # wrote it into the sweep directory's own run.)
+    (sweep_dir / "events.out.tfevents.reluexp-report").unlink(missing_ok=True)
     write_derived(
-        sweep_dir,
+        view,
         "report",
         layout=report_layout(groups),
         images=images,
