@@ -1,3 +1,4 @@
 """reluexp: config-driven experiments for custom PyTorch autograd Functions."""
 
-__version__ = "0.1.0"
+# The package's metadata reads it from here (pyproject.toml); CHANGELOG.md says what changed.
+__version__ = "0.2.0"
