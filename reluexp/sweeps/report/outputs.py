@@ -41,6 +41,8 @@ GROUPS_PER_TEXT = 4
 # every run of a logdir by itself only up to MAX_TICKED_RUNS (40); a sweep of more jobs opens
 # on blank charts, its group view does not.
 GROUP_VIEW = "groups"
+# summary.md's columns that a table has only where a group fills them.
+OPTIONAL_COLUMNS = ("val accuracy", "paired vs reference (95%, t)", "warnings", "error")
 MAX_TICKED_RUNS = 40
 
 
@@ -169,6 +171,13 @@ def number(value: object, digits: int = 4) -> str:
     return "–" if value is None else f"{value:.{digits}g}"
 
 
+def spread(row: dict[str, object], key: str) -> str:
+    """`0.1982 ± 0.021`: a mean and standard deviation over seeds; `–` where no run has one."""
+    if row[f"{key}_mean"] is None:
+        return "–"
+    return f"{number(row[f'{key}_mean'])} ± {number(row[f'{key}_std'], 2)}"
+
+
 def over_text(row: dict[str, object], key: str) -> str:
     """` (over 2 of 3 completed jobs)` where a mean leaves completed jobs out (no finite value)."""
     if row[f"{key}_jobs"] == row["completed"]:
@@ -181,7 +190,8 @@ def min_loss_over(row: dict[str, object]) -> str:
     they reached before."""
     if row["min_loss_jobs"] == row["completed"]:
         return ""
-    return f" (over {row['min_loss_jobs']} jobs, diverged included)"
+    jobs = row["min_loss_jobs"]
+    return f" (over {jobs} job{'s' if jobs != 1 else ''}, diverged included)"
 
 
 def busy_text(row: dict[str, object]) -> str:
@@ -225,13 +235,11 @@ def markdown_tables(rows: list[dict[str, object]], per_table: int | None = None)
             {
                 "group": str(row["group"]),
                 "jobs": str(row["jobs"]),
-                "final loss": f"{number(row['final_loss_mean'])} ± "
-                f"{number(row['final_loss_std'], 2)}" + over_text(row, "final_loss"),
+                "final loss": spread(row, "final_loss") + over_text(row, "final_loss"),
                 "val accuracy": accuracy_text(row),
                 "vs reference": gap_text(row),
                 "paired vs reference (95%, t)": str(row["paired_verdict"]),
-                "min loss": f"{number(row['min_loss_mean'])} ± {number(row['min_loss_std'], 2)}"
-                + min_loss_over(row),
+                "min loss": spread(row, "min_loss") + min_loss_over(row),
                 "steps/s": number(row["steps_per_s"], 4) + busy_text(row),
                 "status": ", ".join(statuses),
                 "warnings": f"{row['jobs_with_warnings']}: {row['warning']}"
@@ -240,11 +248,10 @@ def markdown_tables(rows: list[dict[str, object]], per_table: int | None = None)
                 "error": str(row["error"]),
             }
         )
-    optional = {"val accuracy", "paired vs reference (95%, t)", "warnings", "error"}
     columns = [
         column
         for column in (table_rows[0] if table_rows else {"group": ""})
-        if column not in optional or any(row[column] for row in table_rows)
+        if column not in OPTIONAL_COLUMNS or any(row[column] for row in table_rows)
     ]
     head = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     body = []
