@@ -142,7 +142,9 @@ def task_config(cfg: DictConfig) -> Config:
     cfg = copy.deepcopy(cfg)
     with read_write(cfg), open_dict(cfg):
         del cfg["hydra"]
-    for key, match in unread_keys(cfg):
+    unread = next(unread_keys(cfg), None)
+    if unread is not None:
+        key, match = unread
         raise ConfigError(
             f"{key}: no such key, so nothing would read it"
             + (f"; did you mean {match}?" if match else "")

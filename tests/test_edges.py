@@ -252,7 +252,7 @@ def test_running_the_report_again_replaces_what_it_wrote_into_tensorboard(tmp_pa
     fake_sweep(tmp_path, {"activation=myrelu": custom, "activation=relu": builtin})
     for _ in range(2):
         write_report(tmp_path)
-    events = tensorboard(tmp_path)
+    events = tensorboard(tmp_path / "groups")  # the group view's own run: the report's
     assert sorted(events.Tags()["images"]) == [
         "report/loss_curves",
         "report/pair: activation=myrelu vs activation=relu",
