@@ -40,14 +40,27 @@ def test_varint_is_protobufs_encoding(n):
 def test_scalar_events_parse_as_the_messages_they_encode(step):
     tags = ["loss/train", "grad_norm/w1", "activation/exact_zeros", "t" * 200]
     row = [7.040318450890481e-05, 0.0, 3, -2.5e30]
-    encoded = Event.FromString(ScalarEvents(tags).encode(step, 1764495600.25, row))
+    (serialized,) = ScalarEvents(tags).encode([step], [1764495600.25], [row])
+    encoded = Event.FromString(serialized)
     values = [Summary.Value(tag=tag, simple_value=value) for tag, value in zip(tags, row)]
     assert encoded == Event(wall_time=1764495600.25, step=step, summary=Summary(value=values))
 
 
+def test_a_block_of_rows_encodes_as_each_row_alone():
+    encoder = ScalarEvents(["loss/train", "norm/grad_w1"])
+    rows = [[1.5, 2.0], [3.25, -0.0], [math.inf, 1e-45]]
+    block = encoder.encode([0, 1, 300], [1.0, 2.0, 3.5], rows)
+    alone = [
+        encoder.encode([s], [t], [r])[0] for s, t, r in zip([0, 1, 300], [1.0, 2.0, 3.5], rows)
+    ]
+    assert block == alone and len(set(block)) == 3
+    assert encoder.encode([], [], []) == []
+
+
 def test_out_of_range_and_nan_values_become_float32_like_protobufs():
     encoder = ScalarEvents(["a", "b", "c"])
-    encoded = Event.FromString(encoder.encode(3, 0.0, [1e39, -1e39, math.nan]))
+    (serialized,) = encoder.encode([3], [0.0], [[1e39, -1e39, math.nan]])
+    encoded = Event.FromString(serialized)
     a, b, c = (value.simple_value for value in encoded.summary.value)
     assert (a, b) == (math.inf, -math.inf)
     assert math.isnan(c)

@@ -7,13 +7,13 @@ import socket
 import struct
 import time
 import uuid
-from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import google_crc32c
+import numpy as np
 from google.protobuf import struct_pb2
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
@@ -121,32 +121,38 @@ class ScalarEvents:
     """
 
     def __init__(self, tags: Sequence[str]):
-        self.prefixes = []
+        template, holes = b"", []
         for tag in tags:
             name = tag.encode()
             # Summary.Value: tag (field 1, bytes), then simple_value (field 2, float32) ...
             value = b"\x0a" + varint(len(name)) + name + b"\x15"
             # ... as one Summary.value (field 1, message): the 4 float bytes follow the prefix.
-            self.prefixes.append(b"\x0a" + varint(len(value) + 4) + value)
+            template += b"\x0a" + varint(len(value) + 4) + value
+            holes += range(len(template), len(template) + 4)
+            template += bytes(4)
+        # The Summary of every row, its values' bytes left as holes: a block's rows are filled
+        # in one numpy assignment, whatever the number of tags (a loop over tags per row cost
+        # about 0.2 us a tag, 30 us a step for a 24-layer MLP's 150 tags).
+        self.template = np.frombuffer(template, dtype=np.uint8)
+        self.holes = np.array(holes, dtype=np.intp)
 
-    def encode(self, step: int, wall_time: float, row: Sequence[float]) -> bytes:
-        # float32 as protobuf converts it: out-of-range values become ±inf.
-        floats = array("f", row).tobytes()
-        summary = b"".join(
-            prefix + floats[4 * i : 4 * i + 4] for i, prefix in enumerate(self.prefixes)
-        )
+    def encode(
+        self, steps: Sequence[int], wall_times: Sequence[float], rows: Sequence[Sequence[float]]
+    ) -> list[bytes]:
+        """One serialized Event per row."""
+        if not rows:
+            return []
+        with np.errstate(over="ignore"):  # float32 as protobuf converts: out of range is ±inf
+            floats = np.asarray(rows, dtype=np.float64).astype(np.float32).reshape(len(rows), -1)
+        summaries = np.tile(self.template, (len(rows), 1))
+        summaries[:, self.holes] = floats.view(np.uint8)
+        size = varint(summaries.shape[1])
         # Event: wall_time (field 1, double), step (field 2, varint), summary (field 5, message).
-        return b"".join(
-            (
-                b"\x09",
-                struct.pack("<d", wall_time),
-                b"\x10",
-                varint(step),
-                b"\x2a",
-                varint(len(summary)),
-                summary,
-            )
-        )
+        return [
+            b"".join((b"\x09", struct.pack("<d", wall_time), b"\x10", varint(step), b"\x2a", size))
+            + summary.tobytes()
+            for step, wall_time, summary in zip(steps, wall_times, summaries)
+        ]
 
 
 class EventFile:
@@ -289,7 +295,7 @@ class EventWriter:
         if key not in self._encoders:
             self._encoders[key] = ScalarEvents(tags)
         encoder = self._encoders[key]
-        self._events.write_serialized([encoder.encode(*event) for event in zip(steps, times, rows)])
+        self._events.write_serialized(encoder.encode(steps, times, rows))
 
     def declare(self, hparams: dict[str, Any], varying: frozenset[str], layout: "Layout") -> None:
         """The hparams (in this run, not a sub-run as add_hparams makes) and the chart layout

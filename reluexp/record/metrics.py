@@ -23,22 +23,37 @@ def flat(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def squared_norm(vector: torch.Tensor) -> torch.Tensor:
-    """||vector||^2 (a `flat` tensor) as one BLAS dot product in its dtype: at the reference
-    size half the time of torch.linalg.vector_norm, whose reduction is not a BLAS call
-    (benchmarks/overhead.py). Where the square leaves the dtype's normal range while the norm
-    itself is finite and nonzero (in float32, a norm above ~1.8e19 or below ~1.1e-19), the
-    vector again in float64, where such squares fit: a norm streams as inf only where it is
-    inf. On the CPU the dot's value is read at once (no device to wait for, ~1 us) and the
-    float64 pass runs only then; on an accelerator, where a read would wait on the device every
-    step, the float64 pass is taken every time."""
-    if vector.dtype == torch.float64:
-        return torch.dot(vector, vector)
-    if vector.is_cpu:
-        squared = torch.dot(vector, vector)
-        if torch.finfo(vector.dtype).tiny <= squared.item() < math.inf:
-            return squared
-    wide = vector.double()
-    return torch.dot(wide, wide)
+    """||vector||^2 (a `flat` tensor), as squared_norms takes it."""
+    return squared_norms([vector])[0]
+
+
+def squared_norms(vectors: list[torch.Tensor]) -> torch.Tensor:
+    """||v||^2 of each `flat` vector, stacked (one value each): a BLAS dot product in its dtype
+    (at the reference size half the time of torch.linalg.vector_norm, whose reduction is not a
+    BLAS call: benchmarks/overhead.py). Where a square leaves the dtype's normal range while
+    the norm itself is finite and nonzero (in float32, a norm above ~1.8e19 or below
+    ~1.1e-19), that vector again in float64, where such squares fit: a norm streams as inf only
+    where it is inf. On the CPU the squares are read once for all of them (no device to wait
+    for) and the float64 pass runs only where needed; on an accelerator, where a read would
+    wait on the device every step, every vector narrower than float64 is taken in float64."""
+    squares = [
+        torch.dot(v, v) if v.dtype == torch.float64 or v.is_cpu else torch.dot(*[v.double()] * 2)
+        for v in vectors
+    ]
+    stacked = torch.stack(squares)
+    if stacked.is_cpu:
+        read = stacked.tolist()
+        retake = [
+            i
+            for i, (v, square) in enumerate(zip(vectors, read))
+            if v.dtype != torch.float64 and not torch.finfo(v.dtype).tiny <= square < math.inf
+        ]
+        if retake:
+            for i in retake:
+                wide = vectors[i].double()
+                squares[i] = torch.dot(wide, wide)
+            stacked = torch.stack(squares)
+    return stacked
 
 
 @dataclass
@@ -70,41 +85,68 @@ class Block:
 
 
 @dataclass
+class SiteGroup:
+    """A recorded step's activation sites of one output shape: their indices in the sites'
+    order, each one's input elements and count of nonzeros, and each unit's largest and
+    smallest output over the batch, stacked over the sites (sites, units...) where there are
+    several."""
+
+    sites: list[int]
+    elements: list[int]
+    nonzero: list[torch.Tensor]
+    unit_max: torch.Tensor
+    unit_min: torch.Tensor
+
+
+@dataclass
 class MetricRow:
     """One logged step's values, in the order they are recorded: `record_activations` after
     the backward, `record_grad_norms` before the update and `record_weight_norms` after it,
     `record_activation_params` last. They stay on the device until the flush."""
 
     # The loss, the squared norms and the activation's parameter statistics (tags.streamed's
-    # order, squared norms in place of norms).
+    # order, squared norms in place of norms), a few one-dimensional tensors.
     values: list[torch.Tensor] = field(default_factory=list)
-    # Per activation site: its inputs' elements and their count of nonzeros, and each unit's
-    # extremes over the batch (two reductions: a third of the time of one count per unit).
-    elements: list[int] = field(default_factory=list)
-    nonzero: list[torch.Tensor] = field(default_factory=list)
-    unit_max: list[torch.Tensor] = field(default_factory=list)
-    unit_min: list[torch.Tensor] = field(default_factory=list)
+    # The activation sites, grouped by shape (SiteGroup): the sites of one shape, such as
+    # every hidden layer of an MLP of one width, are reduced together.
+    site_groups: list["SiteGroup"] = field(default_factory=list)
 
     def record_activations(self, loss: torch.Tensor, calls: list) -> None:
-        """The loss, and each activation call's (input, output), in its sites' order."""
-        self.values.append(loss.detach())
-        for pre, post in calls:
-            self.elements.append(pre.numel())
-            self.nonzero.append(torch.count_nonzero(pre))
-            self.unit_max.append(torch.amax(post, dim=0))
-            self.unit_min.append(torch.amin(post, dim=0))
+        """The loss, and each activation call's (input, output), in its sites' order: each
+        site's count of exactly-zero inputs (one full count a site: faster than any count
+        along a dimension), and per group of sites of one shape each unit's extremes over the
+        batch, two reductions of the stacked outputs for the group (at the reference size an
+        op costs more in dispatch than in arithmetic)."""
+        self.values.append(loss.detach().reshape(1))
+        by_shape: dict[tuple, list[int]] = {}
+        for site, (_, post) in enumerate(calls):
+            by_shape.setdefault((post.shape, post.device), []).append(site)
+        for sites in by_shape.values():
+            if len(sites) == 1:
+                post = calls[sites[0]][1]
+                unit_max, unit_min = post.amax(dim=0), post.amin(dim=0)
+            else:
+                post = torch.stack([calls[site][1] for site in sites])  # (sites, batch, ...)
+                unit_max, unit_min = post.amax(dim=1), post.amin(dim=1)
+            self.site_groups.append(
+                SiteGroup(
+                    sites,
+                    [calls[site][0].numel() for site in sites],
+                    [torch.count_nonzero(calls[site][0]) for site in sites],
+                    unit_max,
+                    unit_min,
+                )
+            )
 
     def record_grad_norms(self, params: list[torch.Tensor]) -> None:
         """Each parameter's gradient's squared norm (0 where the loss does not reach it)."""
-        self.values += [
-            squared_norm(flat(p.grad)) if p.grad is not None else torch.zeros((), device=p.device)
-            for p in params
-        ]
+        self.values.append(
+            squared_norms([flat(p.grad) if p.grad is not None else p.new_zeros(1) for p in params])
+        )
 
     def record_weight_norms(self, flat_params: list[torch.Tensor]) -> None:
-        """The parameters as `flat` views, taken once per run: at the reference size an op
-        costs more in dispatch than in arithmetic."""
-        self.values += [squared_norm(p) for p in flat_params]
+        """The parameters as `flat` views, taken once per run."""
+        self.values.append(squared_norms(flat_params))
 
     def record_activation_params(self, params: list[torch.Tensor]) -> None:
         """A scalar parameter's value; a tensor's squared norm, mean, min, max
@@ -112,10 +154,10 @@ class MetricRow:
         for p in params:
             p = p.detach()
             if p.numel() == 1:  # a copy: the parameter changes in place at the next update
-                statistics = [p.reshape(()).clone()]
+                self.values.append(p.reshape(1).clone())
             else:
                 statistics = [squared_norm(flat(p)), p.mean(), p.min(), p.max()]
-            self.values += statistics
+                self.values.append(torch.stack(statistics))
 
 
 class MetricStream:
@@ -153,9 +195,17 @@ class MetricStream:
         return MetricRow()
 
     def end_row(self, step: int, row: MetricRow) -> None:
-        if len(row.nonzero) != len(self.sites):
+        calls = sum(len(group.sites) for group in row.site_groups)
+        layout = [group.sites for group in row.site_groups]
+        if self.rows and layout != [group.sites for group in self.rows[0].site_groups]:
             raise RuntimeError(
-                f"the model called its activation {len(row.nonzero)} times at step {step}, "
+                f"the shapes the model's activation sites take changed at step {step}: one "
+                "site's shape changed, another's did not (their statistics are reduced "
+                "together by shape)"
+            )
+        if calls != len(self.sites):
+            raise RuntimeError(
+                f"the model called its activation {calls} times at step {step}, "
                 f"{len(self.sites)} times on the probe it was built with; the streamed sites "
                 "are those of the probe (a model that calls it a varying number of times "
                 "cannot be streamed)"
@@ -188,17 +238,14 @@ class MetricStream:
         if not rows:
             return block
         k, n = len(self.params), len(rows)
-        values = torch.stack([v for row in rows for v in row.values]).double().reshape(n, -1)
+        values = torch.cat([v for row in rows for v in row.values]).double().reshape(n, -1)
         squared = torch.tensor(self.squared, device=values.device)
         total_grad_norm = values[:, 1 : 1 + k].sum(dim=1, keepdim=True).sqrt()
         values = torch.where(squared, values.sqrt(), values)
         columns = [values[:, : 1 + k], total_grad_norm, values[:, 1 + k : 1 + 2 * k]]
         units = torch.tensor(self.units, dtype=torch.float64, device=values.device)
         if self.sites:
-            elements = torch.tensor([row.elements for row in rows], device=values.device)
-            nonzero = torch.stack([c for row in rows for c in row.nonzero]).reshape(n, -1)
-            exact_zeros = (elements - nonzero).double()  # (n, sites)
-            alive, output_max, output_min = self.site_extremes()
+            exact_zeros, alive, output_max, output_min = self.site_statistics()
             dead = 1 - alive.double() / units
             per_site = torch.stack([dead, exact_zeros, output_max, output_min], dim=2)
             columns += [
@@ -216,16 +263,27 @@ class MetricStream:
         self.last_flush = time.perf_counter()
         return block
 
-    def site_extremes(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per row and site: its live units, its output's largest and smallest value. A unit
-        is alive when some example of the batch gives it a nonzero activation (NaN included: a
-        diverging run's units are not reported dead)."""
-        alive, largest, smallest = [], [], []
-        for site in range(len(self.sites)):
-            unit_max = torch.stack([row.unit_max[site] for row in self.rows])
-            unit_min = torch.stack([row.unit_min[site] for row in self.rows])
-            flat_max, flat_min = unit_max.flatten(1), unit_min.flatten(1)
-            alive.append(torch.count_nonzero((flat_max != 0) | (flat_min != 0), dim=1))
-            largest.append(flat_max.amax(dim=1).double())
-            smallest.append(flat_min.amin(dim=1).double())
-        return torch.stack(alive, dim=1), torch.stack(largest, dim=1), torch.stack(smallest, dim=1)
+    def site_statistics(self) -> tuple[torch.Tensor, ...]:
+        """Per row and site (n, sites): its inputs' exact zeros, its live units, its output's
+        largest and smallest value, reduced a group of sites at a time (every row groups them
+        alike: end_row). A unit is alive when some example of the batch gives it a nonzero
+        activation (NaN included: a diverging run's units are not reported dead)."""
+        columns: list[list[torch.Tensor]] = [[], [], [], []]
+        order: list[int] = []
+        n = len(self.rows)
+        for g, first in enumerate(self.rows[0].site_groups):
+            groups = [row.site_groups[g] for row in self.rows]
+            shape = (n, len(first.sites), -1)
+            elements = torch.tensor([group.elements for group in groups])  # (n, sites)
+            nonzero = torch.stack([c for group in groups for c in group.nonzero]).reshape(shape)
+            unit_max = torch.stack([group.unit_max for group in groups]).reshape(shape)
+            unit_min = torch.stack([group.unit_min for group in groups]).reshape(shape)
+            exact_zeros = elements.to(nonzero.device) - nonzero.reshape(n, -1)
+            columns[0].append(exact_zeros.double())
+            columns[1].append(torch.count_nonzero((unit_max != 0) | (unit_min != 0), dim=2))
+            columns[2].append(unit_max.amax(dim=2).double())
+            columns[3].append(unit_min.amin(dim=2).double())
+            order += first.sites
+        # Back to the sites' order, from the groups'.
+        in_order = torch.tensor(order).argsort()
+        return tuple(torch.cat(column, dim=1)[:, in_order] for column in columns)

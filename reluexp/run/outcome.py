@@ -97,9 +97,8 @@ class Outcome:
                     break
         block = block.first(kept)
         self.final_loss = block.rows[-1][loss]
-        rows = [dict(zip(streamed, row)) for row in block.rows]
-        self.take_step_sizes(rows, config)
-        self.last_row = rows[-1]
+        self.take_step_sizes(block, config)
+        self.last_row = dict(zip(streamed, block.rows[-1]))
         if block.steps[0] == 0:
             self.first_loss = block.rows[0][loss]
         return block
@@ -159,11 +158,14 @@ class Outcome:
             advice += f" ({optimizer.value}'s usual lr: {usual[0]:g} to {usual[1]:g})"
         return advice
 
-    def take_step_sizes(self, rows: list[dict[str, float]], config: Config) -> None:
-        """The largest relative step of a manual or SGD update so far: lr x total gradient norm
-        / total weight norm, for the lr advice (small_steps)."""
-        for row in rows:
-            step = config.lr * row[tags.GRAD_NORM_TOTAL] / weight_norm(row)
+    def take_step_sizes(self, block: Block, config: Config) -> None:
+        """The largest relative step of the update so far: lr x total gradient norm / total
+        weight norm, for the lr advice (small_steps)."""
+        total = block.tags.index(tags.GRAD_NORM_TOTAL)
+        weights = [i for i, tag in enumerate(block.tags) if tag.startswith(tags.WEIGHT_NORM_PREFIX)]
+        for row in block.rows:
+            norm = math.sqrt(sum(row[i] ** 2 for i in weights))
+            step = config.lr * row[total] / norm if norm > 0 else math.nan
             if math.isfinite(step):
                 self.largest_step = max(self.largest_step, step)
 

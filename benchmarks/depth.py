@@ -1,0 +1,129 @@
+"""What streaming every step costs as a model gets deeper: MLPs of 1, 4, 12 and 24 hidden layers
+of width 100 on the article's data (`model.init=scaled lr=1e-4`), and the digits study's CNN,
+each per step with every step streamed (log_every=1), with nothing streamed between print steps
+(log_every=1000000), and as the same training written by hand.
+
+    python -m benchmarks.depth [--repetitions 9] [--steps 400]
+
+In-process, alternating: each round runs every loop once; a paired ratio is a round's time over
+the hand-written loop's (or the unstreamed run's) of the same network in the same round.
+"""
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import alternate, machine, paired_ratio, summarize, write_section
+from benchmarks.digits_bare import train as digits_by_hand
+from reluexp.functions.activations import MyReLU
+from reluexp.hydra_glue import compose_config, task_config
+from reluexp.run import runner
+from reluexp.run.process import keep_freed_memory
+
+DEPTHS = (1, 4, 12, 24)
+WIDTH = 100
+NOTHING_STREAMED = 1_000_000
+
+
+def mlp_overrides(depth: int) -> list[str]:
+    hidden = ",".join([str(WIDTH)] * depth)
+    return [f"model.hidden=[{hidden}]", "model.init=scaled", "lr=1e-4", "activation=myrelu"]
+
+
+CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu"]
+
+
+def reluexp_loop(overrides: list[str], steps: int, log_every: int) -> float:
+    """runner.run's loop per step (summary.json's wall time: the loop and its flushes)."""
+    config = task_config(compose_config([*overrides, "device=cpu", f"steps={steps}"]))
+    config.quiet, config.log_every = True, log_every
+    with tempfile.TemporaryDirectory() as run_dir:
+        runner.run(config, Path(run_dir))
+        return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
+
+
+def mlp_by_hand(depth: int, steps: int) -> float:
+    """The article's loop with `depth` hidden layers: the same draws (x, y, then the weights
+    scaled by sqrt(2 / fan_in)), MyReLU, the summed squared error, w -= lr * w.grad."""
+    generator = torch.Generator("cpu").manual_seed(42)
+    x = torch.randn(64, 1000, generator=generator)
+    y = torch.randn(64, 10, generator=generator)
+    sizes = [1000] + [WIDTH] * depth + [10]
+    weights = []
+    for fan_in, fan_out in zip(sizes, sizes[1:]):
+        w = torch.randn(fan_in, fan_out, generator=generator) * (2 / fan_in) ** 0.5
+        weights.append(w.requires_grad_())
+    with keep_freed_memory():
+        start = time.perf_counter()
+        for t in range(steps):
+            h = x
+            for w in weights[:-1]:
+                h = MyReLU.apply(h.mm(w))
+            loss = (h.mm(weights[-1]) - y).pow(2).sum()
+            if t % 100 == 99:
+                loss.item()
+            loss.backward()
+            with torch.no_grad():
+                for w in weights:
+                    w -= 1e-4 * w.grad
+                    w.grad = None
+        return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=400)
+    args = parser.parse_args()
+    steps = args.steps
+    models: dict[str, tuple[list[str], object]] = {
+        f"MLP, {depth} hidden": (
+            mlp_overrides(depth),
+            lambda depth=depth: mlp_by_hand(depth, steps),
+        )
+        for depth in DEPTHS
+    }
+    models["digits CNN"] = (CNN_OVERRIDES, lambda: digits_by_hand("cnn", steps))
+    candidates = {}
+    for name, (overrides, by_hand) in models.items():
+        candidates |= {
+            f"{name}: by hand": by_hand,
+            f"{name}: nothing streamed": (
+                lambda overrides=overrides: reluexp_loop(overrides, steps, NOTHING_STREAMED)
+            ),
+            f"{name}: every step streamed": (
+                lambda overrides=overrides: reluexp_loop(overrides, steps, 1)
+            ),
+        }
+    samples = alternate(candidates, args.repetitions)
+    lines = [
+        "## Depth: what streaming every step costs as the model gets deeper",
+        "",
+        f"`python -m benchmarks.depth`: {machine()}. MLPs of width {WIDTH} on the article's "
+        "data (`model.init=scaled lr=1e-4 activation=myrelu`) and the digits CNN "
+        f"(`{' '.join(CNN_OVERRIDES)}`); medians (min–max) over {args.repetitions} alternating "
+        f"repetitions of {steps} steps. Paired ratios: a round's time over the same network's "
+        "in the same round.",
+        "",
+        "| model | by hand, µs/step | nothing streamed, µs/step | every step streamed, µs/step "
+        "| streamed / nothing streamed | streamed / by hand |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in models:
+        by_hand = samples[f"{name}: by hand"]
+        off = samples[f"{name}: nothing streamed"]
+        on = samples[f"{name}: every step streamed"]
+        lines.append(
+            f"| {name} | {summarize(by_hand, 1e6)} | {summarize(off, 1e6)} | "
+            f"{summarize(on, 1e6)} | {paired_ratio(on, off)} | {paired_ratio(on, by_hand)} |"
+        )
+    write_section("depth", "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
