@@ -1,9 +1,10 @@
 """What streaming every step costs as a model gets deeper: MLPs of 1, 4, 12 and 24 hidden layers
-of width 100 on the article's data (`model.init=scaled lr=1e-4`), and the digits study's CNN,
+of width 100 on the article's data (`model.init=scaled lr=1e-5`: 24 layers diverge at 1e-4), and
+the digits study's CNN,
 each per step with every step streamed (log_every=1), with nothing streamed between print steps
 (log_every=1000000), and as the same training written by hand.
 
-    python -m benchmarks.depth [--repetitions 9] [--steps 400]
+    python -m benchmarks.depth [--repetitions 9] [--steps 400] [--threads 1]
 
 In-process, alternating: each round runs every loop once; a paired ratio is a round's time over
 the hand-written loop's (or the unstreamed run's) of the same network in the same round.
@@ -26,29 +27,38 @@ from reluexp.run.process import keep_freed_memory
 
 DEPTHS = (1, 4, 12, 24)
 WIDTH = 100
+LR = 1e-5
 NOTHING_STREAMED = 1_000_000
 
 
 def mlp_overrides(depth: int) -> list[str]:
     hidden = ",".join([str(WIDTH)] * depth)
-    return [f"model.hidden=[{hidden}]", "model.init=scaled", "lr=1e-4", "activation=myrelu"]
+    return [f"model.hidden=[{hidden}]", "model.init=scaled", f"lr={LR}", "activation=myrelu"]
 
 
 CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu"]
 
 
 def reluexp_loop(overrides: list[str], steps: int, log_every: int) -> float:
-    """runner.run's loop per step (summary.json's wall time: the loop and its flushes)."""
-    config = task_config(compose_config([*overrides, "device=cpu", f"steps={steps}"]))
+    """runner.run's loop per step (summary.json's wall time: the loop and its flushes), at the
+    benchmark's threads."""
+    threads = f"threads={torch.get_num_threads()}"
+    config = task_config(compose_config([*overrides, "device=cpu", f"steps={steps}", threads]))
     config.quiet, config.log_every = True, log_every
     with tempfile.TemporaryDirectory() as run_dir:
         runner.run(config, Path(run_dir))
-        return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    # A run that stopped early (diverged) would be timed over steps it never took.
+    if (summary["status"], summary["steps_done"]) != ("completed", steps):
+        raise SystemExit(
+            f"{' '.join(overrides)}: {summary['status']} after {summary['steps_done']}"
+        )
+    return summary["wall_time_s"] / steps
 
 
 def mlp_by_hand(depth: int, steps: int) -> float:
     """The article's loop with `depth` hidden layers: the same draws (x, y, then the weights
-    scaled by sqrt(2 / fan_in)), MyReLU, the summed squared error, w -= lr * w.grad."""
+    scaled by sqrt(2 / fan_in)), MyReLU, the summed squared error, w -= LR * w.grad."""
     generator = torch.Generator("cpu").manual_seed(42)
     x = torch.randn(64, 1000, generator=generator)
     y = torch.randn(64, 10, generator=generator)
@@ -69,7 +79,7 @@ def mlp_by_hand(depth: int, steps: int) -> float:
             loss.backward()
             with torch.no_grad():
                 for w in weights:
-                    w -= 1e-4 * w.grad
+                    w -= LR * w.grad
                     w.grad = None
         return (time.perf_counter() - start) / steps
 
@@ -78,7 +88,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=9)
     parser.add_argument("--steps", type=int, default=400)
+    # One thread by default: on a shared 2-core machine two threads wait on each other's core,
+    # and the medians spread more than the stream costs.
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     steps = args.steps
     models: dict[str, tuple[list[str], object]] = {
         f"MLP, {depth} hidden": (
@@ -104,7 +118,7 @@ def main() -> None:
         "## Depth: what streaming every step costs as the model gets deeper",
         "",
         f"`python -m benchmarks.depth`: {machine()}. MLPs of width {WIDTH} on the article's "
-        "data (`model.init=scaled lr=1e-4 activation=myrelu`) and the digits CNN "
+        f"data (`model.init=scaled lr={LR:g} activation=myrelu`) and the digits CNN "
         f"(`{' '.join(CNN_OVERRIDES)}`); medians (min–max) over {args.repetitions} alternating "
         f"repetitions of {steps} steps. Paired ratios: a round's time over the same network's "
         "in the same round.",
