@@ -164,6 +164,22 @@ def test_diverging_sweep_exits_zero(tmp_path):
     assert result.returncode == 0
 
 
+def test_the_dashboard_named_is_one_tensorboard_ticks_by_itself():
+    """47.1: TensorBoard ticks every run of a logdir only up to 40."""
+    small = Written([], [], runs=40, view_runs=3)
+    assert small.dashboard("s") == "tensorboard --logdir s"
+    headline = Written([], [], runs=43, view_runs=8)
+    assert headline.dashboard("s") == (
+        "tensorboard --logdir s/groups (one run per group; every job: tensorboard --logdir s, "
+        "43 runs, more than the 40 TensorBoard ticks by itself)"
+    )
+    huge = Written([], [], runs=500, view_runs=51)
+    assert huge.dashboard("s").startswith(
+        "tensorboard --logdir s/groups (one run per group, 51 runs, more than the 40 "
+        "TensorBoard ticks by itself: tick them in its run list; every job: "
+    )
+
+
 def test_an_optuna_sweep_says_only_what_varies_and_no_noise(tmp_path):
     """47.4: seven `setup plugin alembic...` lines, every fixed setting in each job line, and
     a summary ending 'No multirun.yaml: the jobs are those found'."""
