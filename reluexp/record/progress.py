@@ -2,6 +2,7 @@
 
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -11,6 +12,9 @@ log = logging.getLogger("reluexp")
 # A terminal line is redrawn this often; a log (CI, SLURM) gets a line this often.
 REDRAW_SECONDS = 0.2
 LOG_SECONDS = 30.0
+# A run this many times slower than over its first steps, on a machine with more runnable
+# processes than cores, says that the machine is why (its steps/s are not the code's).
+SLOWDOWN = 2.0
 
 
 def duration(seconds: float) -> str:
@@ -32,6 +36,9 @@ class Progress:
         self.interactive = sys.stderr.isatty()
         self.started = time.perf_counter()
         self.next_at = self.started + (REDRAW_SECONDS if self.interactive else LOG_SECONDS)
+        # The steps/s since the line before, and over the first line's steps.
+        self.last = (start_step, self.started)
+        self.first_rate: float | None = None
 
     def update(self, step: int) -> None:
         if not self.enabled:
@@ -42,6 +49,7 @@ class Progress:
         rate = (step - self.start_step) / (now - self.started)
         eta = (self.total - step) / rate if rate > 0 else math.inf
         text = f"{step}/{self.total} loss {self.loss():.4g} {rate:.0f} steps/s ETA {duration(eta)}"
+        text += self.busy_machine(step, now)
         if self.interactive:
             width = 24
             filled = width * step // self.total
@@ -51,6 +59,26 @@ class Progress:
         else:
             log.info("progress: step %s", text)
             self.next_at = now + LOG_SECONDS
+
+    def busy_machine(self, step: int, now: float) -> str:
+        """` (... the machine is busy, load 5.2 on 2 cores)` where the steps since the last
+        line ran SLOWDOWN times slower than the first line's and the machine has more runnable
+        processes than cores; else ''."""
+        last_step, last_time = self.last
+        self.last = (step, now)
+        recent = (step - last_step) / (now - last_time) if now > last_time else math.inf
+        if self.first_rate is None:
+            self.first_rate = recent
+            return ""
+        if recent * SLOWDOWN > self.first_rate:
+            return ""
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        if load <= cores:
+            return ""
+        return (
+            f" ({self.first_rate / recent:.0f}x slower than its first steps: the machine is "
+            f"busy, load {load:.1f} on {cores} cores)"
+        )
 
     def close(self) -> None:
         if self.enabled and self.interactive:
