@@ -143,6 +143,11 @@ class Lifecycle(Callback):
             # Hydra's basic sweeper writes the sweep's config there, and its report reads it;
             # a sweeper that chooses as it goes (Optuna) does not.
             OmegaConf.save(config, plan)
+        if "n_trials" in config.hydra.sweeper:
+            import optuna  # the Optuna sweeper's, imported by it already
+
+            # It announces the in-memory study it makes on a handler of its own, at INFO.
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
         if not config.quiet:
             say_sweep_start(config.hydra, sweep_dir)
         # A signal outside the jobs' training (which stops at a step boundary): between jobs,

@@ -186,7 +186,7 @@ def test_an_optuna_sweep_says_only_what_varies_and_no_noise(tmp_path):
     sweep_dir, result = sweep(
         tmp_path, "experiment=lr_search", "hydra.sweeper.n_trials=3", "steps=5", "device=cpu"
     )
-    assert "setup plugin" not in result.stderr
+    assert "setup plugin" not in result.stderr and "A new study created" not in result.stderr
     job_lines = [line for line in result.stderr.splitlines() if line.startswith("[")]
     job_lines = [line for line in job_lines if not line.startswith("[20")]  # Hydra's own
     assert [line[:9] for line in job_lines] == ["[1/3] lr=", "[2/3] lr=", "[3/3] lr="]
