@@ -251,6 +251,28 @@ def test_a_diverged_groups_min_loss_is_what_its_runs_reached(tmp_path):
     assert "(over 2 jobs, diverged included)" in (tmp_path / "summary.md").read_text()
 
 
+def test_a_gap_over_fewer_seeds_than_the_means_beside_it_says_so(tmp_path):
+    """51.3: `+0.00e+00 (identical)` sat beside group means of 2.029 and 1.972: the gap pairs
+    the seeds both groups completed, the means are over every completed run."""
+    jobs = {}
+    for seed in (0, 1, 2):
+        custom, builtin = small_config(steps=3, seed=seed), small_config(steps=3, seed=seed)
+        builtin.activation.name, builtin.activation.target = "relu", "torch.relu"
+        if seed < 2:  # the custom group never ran seed 2
+            jobs[f"activation=myrelu seed={seed}"] = custom
+        jobs[f"activation=relu seed={seed}"] = builtin
+    fake_sweep(tmp_path, jobs)
+    write_report(tmp_path)
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    custom, reference = rows["activation=myrelu"], rows["activation=relu"]
+    assert custom["final_loss_mean"] != reference["final_loss_mean"]
+    assert custom["final_loss_vs_reference_seeds"] == "2"
+    assert (
+        "+0.00e+00 vs activation=relu over the 2 seeds both completed (identical)"
+        in (tmp_path / "summary.md").read_text()
+    )
+
+
 def test_steps_per_s_of_jobs_on_a_busy_machine_are_said_not_to_compare(tmp_path):
     """47.4: 9.0 steps/s for relu beside 96.5 for myrelu read as 'relu is 10x slower'; the
     jobs had run on a machine busier than its cores."""

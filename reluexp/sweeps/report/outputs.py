@@ -209,13 +209,16 @@ def accuracy_text(row: dict[str, object]) -> str:
 
 
 def gap_text(row: dict[str, object]) -> str:
-    """`+1.2e-04 vs activation=relu`: the relative gap, naming what the reference changes."""
+    """`+1.2e-04 vs activation=relu`: the relative gap, naming what the reference changes, and
+    the seeds it pairs where they are fewer than the runs the means beside it are over."""
     gap = row["final_loss_vs_reference"]
     if gap is None:
         return ""
     parted = row["parts_at_step"]
+    seeds = row["final_loss_vs_reference_seeds"]
+    over = "" if seeds is None else f" over the {seeds} seed{'s' * (seeds != 1)} both completed"
     return (
-        f"{gap:+.2e} vs {own_parts(str(row['reference_group']), str(row['group']))} "
+        f"{gap:+.2e} vs {own_parts(str(row['reference_group']), str(row['group']))}{over} "
         f"({parting_text(parted, row['identical_until_step'])})"
     )
 

@@ -193,6 +193,7 @@ def summary_rows(groups: list[Group]) -> list[dict[str, object]]:
         row["min_loss_jobs"] = len(group.values("min_loss"))
         row["val_accuracy_jobs"] = len(group.values("val_accuracy"))
         row["final_loss_vs_reference"] = relative_gap(group)
+        row["final_loss_vs_reference_seeds"] = gap_seeds(group)
         # Empty where the group has no reference, or is identical to it at every step.
         row["parts_at_step"] = group.parts_at() if group.reference else None
         row["identical_until_step"] = group.identical_until() if group.reference else None
@@ -319,6 +320,16 @@ def paired(group: Group) -> Paired | None:
         t = T_975[n - 2] if n - 1 <= len(T_975) else 1.96
         half_width = t * statistics.stdev(differences) / math.sqrt(n)
     return Paired(metric, differences, mean, half_width, left_out)
+
+
+def gap_seeds(group: Group) -> int | None:
+    """How many seeds relative_gap pairs, where that leaves out completed runs of the group or
+    of its reference (so the gap is not that of the means beside it); else None."""
+    if group.reference is None:
+        return None
+    paired = len(pairs_with(group, "final_loss"))
+    everyone = (len(group.values("final_loss")), len(group.reference.values("final_loss")))
+    return paired if any(n != paired for n in everyone) else None
 
 
 def relative_gap(group: Group) -> float | None:
