@@ -161,6 +161,11 @@ def test_one_activation_module_called_twice_is_two_sites(tmp_path):
             ["model.target=tests.models.two_layer", "model.replace=torch.relu"],
             "model.replace=torch.relu: not an nn.Module class",
         ),
+        (  # 51.4: it said "the model has no parameters to train"
+            ["model.target=tests.models.two_layer", "model.replace=torch.nn.Module"],
+            "model.replace=torch.nn.Module: the whole model is one, and so is every layer in it: "
+            "name a layer class, such as torch.nn.ReLU",
+        ),
     ],
     ids=[
         "raises",
@@ -171,6 +176,7 @@ def test_one_activation_module_called_twice_is_two_sites(tmp_path):
         "replace finds none",
         "no target",
         "replace not a class",
+        "replace every Module",
     ],
 )
 def test_a_factorys_mistake_is_one_line_before_anything_runs(overrides, message):

@@ -402,6 +402,16 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
             "'s model has w1 of shape (3, 3); the config's model has (50, 20)",
         ),
         (["model"], [torch.zeros(3, 3)], "'s model is not a model's state (a dict of tensors)"),
+        (  # 51.4: it said `shape None` for the parameter it lacks
+            ["model"],
+            {"w1": torch.zeros(50, 20)},
+            "'s model lacks w2 (the config's model has it, of shape (20, 10))",
+        ),
+        (
+            ["model", "w3"],
+            torch.zeros(1),
+            "'s model has w3, which the config's model lacks",
+        ),
         (["rng_cpu"], torch.zeros(3), "'s rng_cpu is not a torch RNG state"),
         (["format"], 1, " was written by another version of reluexp (format 1, this one reads"),
     ],

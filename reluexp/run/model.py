@@ -242,6 +242,11 @@ def build_model(
         kind = import_object(config.model.replace, "model.replace")
         if not is_module(kind):
             raise ConfigError(f"model.replace={config.model.replace}: not an nn.Module class")
+        if isinstance(model, kind):  # torch.nn.Module: every layer would go, and the model
+            raise ConfigError(
+                f"model.replace={config.model.replace}: the whole model is one, and so is every "
+                "layer in it: name a layer class, such as torch.nn.ReLU"
+            )
         with seeded(generator):
             swapped = replace_instances(model, kind, placed)
         if not swapped:

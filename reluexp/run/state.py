@@ -179,11 +179,14 @@ def check_checkpoint(
         differs = next(
             name for name in {**expected, **shapes} if shapes.get(name) != expected.get(name)
         )
-        refuse(
-            "model",
-            f"has {differs} of shape {shapes.get(differs)}; the config's model has "
-            f"{expected.get(differs)}",
-        )
+        if differs not in shapes:
+            why = f"lacks {differs} (the config's model has it, of shape {expected[differs]})"
+        elif differs not in expected:
+            why = f"has {differs}, which the config's model lacks"
+        else:
+            why = f"has {differs} of shape {shapes[differs]}; the config's model has "
+            why += str(expected[differs])
+        refuse("model", why)
     rng = checkpoint.get("rng_cpu")
     if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8:
         refuse("rng_cpu", "is not a torch RNG state (a uint8 tensor)")
