@@ -1,5 +1,6 @@
 """Shared by the benchmark scripts: medians over alternating repetitions, and RESULTS.md."""
 
+import json
 import os
 import platform
 import re
@@ -11,6 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from reluexp.hydra_glue import compose_config, task_config
+from reluexp.run import runner
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -100,3 +104,22 @@ def paired_ratio(samples: list[float], baseline: list[float]) -> str:
     ratios = [sample / base for sample, base in zip(samples, baseline)]
     low, median, high = statistics.quantiles(ratios, n=4)
     return f"{median:.3f} ({low:.3f}–{high:.3f})"
+
+
+def reluexp_loop(overrides: list[str], steps: int, log_every: int | None = None) -> float:
+    """runner.run's loop per step (summary.json's wall time: the loop and its flushes) for the
+    config the overrides compose, at this process's torch threads; log_every None keeps the
+    config's. A run that does not complete (diverged) stops the benchmark: it would be timed
+    over steps it never took."""
+    threads = f"threads={torch.get_num_threads()}"
+    config = task_config(compose_config([*overrides, f"steps={steps}", threads]))
+    config.quiet = True
+    config.log_every = log_every or config.log_every
+    with tempfile.TemporaryDirectory() as run_dir:
+        runner.run(config, Path(run_dir))
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    if (summary["status"], summary["steps_done"]) != ("completed", steps):
+        raise SystemExit(
+            f"{' '.join(overrides)}: {summary['status']} after {summary['steps_done']}"
+        )
+    return summary["wall_time_s"] / steps

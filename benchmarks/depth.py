@@ -11,18 +11,20 @@ the hand-written loop's (or the unstreamed run's) of the same network in the sam
 """
 
 import argparse
-import json
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-from benchmarks.common import alternate, machine, paired_ratio, summarize, write_section
+from benchmarks.common import (
+    alternate,
+    machine,
+    paired_ratio,
+    reluexp_loop,
+    summarize,
+    write_section,
+)
 from benchmarks.digits_bare import train as digits_by_hand
 from reluexp.functions.activations import MyReLU
-from reluexp.hydra_glue import compose_config, task_config
-from reluexp.run import runner
 from reluexp.run.process import keep_freed_memory
 
 DEPTHS = (1, 4, 12, 24)
@@ -33,27 +35,16 @@ NOTHING_STREAMED = 1_000_000
 
 def mlp_overrides(depth: int) -> list[str]:
     hidden = ",".join([str(WIDTH)] * depth)
-    return [f"model.hidden=[{hidden}]", "model.init=scaled", f"lr={LR}", "activation=myrelu"]
+    return [
+        f"model.hidden=[{hidden}]",
+        "model.init=scaled",
+        f"lr={LR}",
+        "activation=myrelu",
+        "device=cpu",
+    ]
 
 
-CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu"]
-
-
-def reluexp_loop(overrides: list[str], steps: int, log_every: int) -> float:
-    """runner.run's loop per step (summary.json's wall time: the loop and its flushes), at the
-    benchmark's threads."""
-    threads = f"threads={torch.get_num_threads()}"
-    config = task_config(compose_config([*overrides, "device=cpu", f"steps={steps}", threads]))
-    config.quiet, config.log_every = True, log_every
-    with tempfile.TemporaryDirectory() as run_dir:
-        runner.run(config, Path(run_dir))
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    # A run that stopped early (diverged) would be timed over steps it never took.
-    if (summary["status"], summary["steps_done"]) != ("completed", steps):
-        raise SystemExit(
-            f"{' '.join(overrides)}: {summary['status']} after {summary['steps_done']}"
-        )
-    return summary["wall_time_s"] / steps
+CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu", "device=cpu"]
 
 
 def mlp_by_hand(depth: int, steps: int) -> float:

@@ -12,29 +12,23 @@ benchmarks/digits_bare.py cnn S`, alternating.
 """
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
-from benchmarks.common import alternate, machine, paired_ratio, process, summarize, write_section
+from benchmarks.common import (
+    alternate,
+    machine,
+    paired_ratio,
+    process,
+    reluexp_loop,
+    summarize,
+    write_section,
+)
 from benchmarks.digits_bare import train
-from reluexp.hydra_glue import compose_config, task_config
-from reluexp.run import runner
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OVERRIDES = ["data=digits", "activation=relu", "device=cpu"]
-
-
-def reluexp_loop(model: str, steps: int, log_every: int | None = None) -> float:
-    """runner.run's loop per step (summary.json's wall time: the loop and its flushes)."""
-    config = task_config(compose_config([*OVERRIDES, f"model={model}", f"steps={steps}"]))
-    config.quiet = True
-    config.log_every = log_every or config.log_every
-    with tempfile.TemporaryDirectory() as run_dir:
-        runner.run(config, Path(run_dir))
-        return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
 
 
 def main() -> None:
@@ -48,10 +42,10 @@ def main() -> None:
         candidates |= {
             f"{model}: bare loop": lambda model=model: train(model, args.steps),
             f"{model}: reluexp, metrics every 10 steps (the preset's)": (
-                lambda model=model: reluexp_loop(model, args.steps)
+                lambda model=model: reluexp_loop([*OVERRIDES, f"model={model}"], args.steps)
             ),
             f"{model}: reluexp, every step streamed": (
-                lambda model=model: reluexp_loop(model, args.steps, 1)
+                lambda model=model: reluexp_loop([*OVERRIDES, f"model={model}"], args.steps, 1)
             ),
         }
     per_step = alternate(candidates, args.repetitions)

@@ -109,7 +109,7 @@ class MetricRow:
     values: list[torch.Tensor] = field(default_factory=list)
     # The activation sites, grouped by shape (SiteGroup): the sites of one shape, such as
     # every hidden layer of an MLP of one width, are reduced together.
-    site_groups: list["SiteGroup"] = field(default_factory=list)
+    site_groups: list[SiteGroup] = field(default_factory=list)
 
     def record_activations(self, loss: torch.Tensor, calls: list) -> None:
         """The loss, and each activation call's (input, output), in its sites' order: each
