@@ -17,6 +17,7 @@ from reluexp.hydra_glue import compose_config, task_config
 from reluexp.lab import check_function
 from reluexp.record.events import read_events, read_scalars
 from reluexp.run import runner
+from reluexp.run.checkpoint import load_checkpoint
 from tests.helpers import REPO_ROOT, run_cli, summary
 
 CNN_DIGITS = ["model=cnn", "data=digits", "device=cpu"]
@@ -207,6 +208,31 @@ def test_the_cnn_refuses_data_that_is_not_images():
         runner.prepare(composed("model=cnn"))
 
 
+def test_the_same_seed_with_dropout_is_the_same_run(tmp_path):
+    """51.2: dropout draws from torch's generator, seeded from the run's seed at its start:
+    two runs of one seed are bit-identical whatever the process drew before each (here torch's
+    generator moved between them), and their checkpoints' generator states are equal."""
+    overrides = [
+        "model=custom",
+        "model.target=tests.models.with_relus_and_dropout",
+        "model.replace=torch.nn.ReLU",
+        "data=digits",
+        "data.batch_size=32",
+        "steps=100",
+        "log_every=1",
+    ]
+    first = runner.run(composed(*overrides), tmp_path / "first")
+    torch.rand(7)
+    second = runner.run(composed(*overrides), tmp_path / "second")
+    tags = ["loss/train", "norm/grad_total"]
+    assert read_scalars(tmp_path / "second", tags) == read_scalars(tmp_path / "first", tags)
+    assert second.final_loss == first.final_loss
+    states = [load_checkpoint(tmp_path / run)["rng_cpu"] for run in ("first", "second")]
+    assert torch.equal(*states)
+    other_seed = runner.run(composed(*overrides, "seed=1"), tmp_path / "other")
+    assert other_seed.final_loss != first.final_loss
+
+
 @pytest.mark.parametrize("optimizer", ["manual", "adam"])
 def test_any_model_resumes_bit_for_bit(tmp_path, optimizer, monkeypatch):
     """41: model state, optimizer state, data order and torch's generator (dropout draws from
@@ -248,14 +274,31 @@ def test_any_model_resumes_bit_for_bit(tmp_path, optimizer, monkeypatch):
     assert resumed.final_loss == whole.final_loss
 
 
+DROPOUT_FACTORY = "model.target=tests.models.with_relus_and_dropout"
+
+
 @pytest.mark.slow
-def test_kill_9_and_resume_of_a_cnn_run_is_bit_identical(tmp_path):
-    """41: SIGKILL mid-run (no chance to checkpoint), then resume from the last checkpoint."""
-    args = [*CNN_DIGITS, "steps=400", "checkpoint_every=50", "print_every=1000000"]
+@pytest.mark.parametrize(
+    ("model", "confirmation"),
+    [
+        (CNN_DIGITS, []),
+        # 51.2: dropout draws from torch's generator, which resumes from the checkpoint.
+        (
+            ["model=custom", DROPOUT_FACTORY, "model.replace=torch.nn.ReLU", "data=digits"],
+            [DROPOUT_FACTORY],
+        ),
+    ],
+    ids=["cnn", "dropout"],
+)
+def test_kill_9_and_resume_is_bit_identical(tmp_path, model, confirmation):
+    """41: SIGKILL mid-run (no chance to checkpoint), then resume from the last checkpoint.
+    Run from the repository, where `tests.models` imports (hydra.run.dir puts the runs in
+    tmp_path)."""
+    args = [*model, "device=cpu", "steps=400", "checkpoint_every=50", "print_every=1000000"]
     killed_dir, whole_dir = tmp_path / "killed", tmp_path / "whole"
     process = subprocess.Popen(
         [sys.executable, "-m", "reluexp", *args, f"hydra.run.dir={killed_dir}"],
-        cwd=tmp_path,
+        cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -266,9 +309,9 @@ def test_kill_9_and_resume_of_a_cnn_run_is_bit_identical(tmp_path):
     process.kill()
     process.wait()
     assert summary(killed_dir)["status"] == "running"
-    run_cli(f"resume={killed_dir}", cwd=tmp_path)
-    run_cli(*args, f"hydra.run.dir={whole_dir}", cwd=tmp_path)
-    tags = ["loss/train", "loss/val", "norm/grad_head.weight"]
+    run_cli(f"resume={killed_dir}", *confirmation, cwd=REPO_ROOT)
+    run_cli(*args, f"hydra.run.dir={whole_dir}", cwd=REPO_ROOT)
+    tags = ["loss/train", "loss/val", "norm/grad_total"]
     assert read_scalars(killed_dir, tags) == read_scalars(whole_dir, tags)
     assert summary(killed_dir)["final_loss"] == summary(whole_dir)["final_loss"]
 

@@ -98,14 +98,18 @@ class CNN(nn.Module):
         return self.head(self.features(x).flatten(1))
 
 
+def draw_seed(generator: torch.Generator) -> int:
+    """A seed for torch's global generator, the run generator's next draw."""
+    return int(torch.randint(2**62, (), generator=generator))
+
+
 @contextmanager
 def seeded(generator: torch.Generator) -> Iterator[None]:
     """torch's global generator seeded from the run's own for what is built within (a Module's
     own initialization draws from it), and put back after: a model's start depends on the
     run's seed alone."""
-    seed = int(torch.randint(2**62, (), generator=generator))
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(draw_seed(generator))
         yield
 
 

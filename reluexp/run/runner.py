@@ -30,7 +30,7 @@ from reluexp.run.data import Dataset, data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
 from reluexp.run.losses import loss_kind
-from reluexp.run.model import PROBE_EXAMPLES, Built, build_model
+from reluexp.run.model import PROBE_EXAMPLES, Built, build_model, draw_seed
 from reluexp.run.process import job_environment
 from reluexp.run.resumes import ResumePlan, plan_resume
 from reluexp.run.rundir import DiskReserve, hold_run
@@ -74,6 +74,9 @@ class Prepared:
     device: torch.device
     data: Dataset
     built: Built
+    # What seeds torch's generator as training starts (dropout, a model's own draws): drawn
+    # from the run's generator after the model, so the same seed is the same run.
+    training_seed: int
 
 
 def prepare(
@@ -103,7 +106,7 @@ def prepare(
     data, generator = seeded_data(config, arrays)
     built = build_model(config, (data.x[:PROBE_EXAMPLES], data.d_out), activation, generator)
     check_memory(config, device, sizes, built)
-    return Prepared(device, data, built)
+    return Prepared(device, data, built, draw_seed(generator))
 
 
 def run(
@@ -187,7 +190,9 @@ def _run(
         held.enter_context(job_environment(device, config.threads))
         if checkpoint is not None:
             check_checkpoint(checkpoint, config, built.model, f"resume={run_dir}")
-        data, state = build_state(config, device, prepared.data, built, checkpoint)
+        data, state = build_state(
+            config, device, prepared.data, built, checkpoint, prepared.training_seed
+        )
         summaries.record_start(
             run_dir,
             summary,

@@ -78,9 +78,12 @@ def build_state(
     data: Dataset,
     built: Built,
     checkpoint: dict[str, Any] | None,
+    training_seed: int,
 ) -> tuple[Dataset, RunState]:
     """The data and the run's state on the device in the run's dtype: the built model as it
-    starts, or as its checkpoint (already checked) left it, with its optimizer and RNG."""
+    starts, torch's generators (CPU and accelerators) seeded with training_seed, or as its
+    checkpoint (already checked) left them, with its optimizer. (The caller's job_environment
+    puts torch's generators back when the run ends.)"""
     dtype = getattr(torch, config.dtype.value)
     data = data.to(device, dtype)
     model = built.model.to(device=device, dtype=dtype)
@@ -89,7 +92,9 @@ def build_state(
     params = {name: p for name, p in model.named_parameters() if p.requires_grad}
     state = RunState(model, built.sites, built.capture, None, segment_start=time.perf_counter())
     state.update = WeightUpdate(config, params, list(state.activation_params().values()))
-    if checkpoint is not None:
+    if checkpoint is None:
+        torch.manual_seed(training_seed)
+    else:
         state.step = checkpoint["step"]
         state.outcome = Outcome(**checkpoint["outcome"])
         state.recorded = checkpoint["recorded"]
