@@ -1,6 +1,6 @@
 """Per-step time and saved-activation memory of every shipped activation.
 
-    python -m benchmarks.activations [--repetitions 5]
+    python -m benchmarks.activations [--repetitions 5] [--device cpu]
 
 At the reference size (N=64, D_in=1000, H=100) and a large one (N=4096, D_in=1024, H=4096):
 a bare training step (forward, backward, the article's update) per activation, alternating,
@@ -71,27 +71,28 @@ PROBES = {
 }
 
 
-def shipped() -> dict[str, object]:
+def shipped(device: str) -> dict[str, object]:
     activations = {}
     for path in sorted(CONF.glob("*.yaml")):
         entry = OmegaConf.load(path)
         if entry.target is not None:
             # The Module a model places (an ActivationLayer, or the target's own Module).
             make = resolve_activation(entry.target, entry.get("params") or {})
-            activations[entry.name] = make()
+            activations[entry.name] = make().to(device)
     return activations
 
 
-def setup(size: tuple[int, int, int, int]):
+def setup(size: tuple[int, int, int, int], device: str):
+    """Drawn on the CPU, then moved (as a run's data and weights are)."""
     n, d_in, h, d_out = size
     generator = torch.Generator().manual_seed(0)
     x, y = torch.randn(n, d_in, generator=generator), torch.randn(n, d_out, generator=generator)
-    weights = [w.requires_grad_() for w in init_weights([d_in, h, d_out], generator)]
-    return x, y, weights
+    weights = init_weights([d_in, h, d_out], generator)
+    return x.to(device), y.to(device), [w.to(device).requires_grad_() for w in weights]
 
 
-def step_time(activation, size, steps: int) -> float:
-    x, y, weights = setup(size)
+def step_time(activation, size, steps: int, device: str) -> float:
+    x, y, weights = setup(size, device)
     start = time.perf_counter()
     for _ in range(steps):
         y_pred = activation(x.mm(weights[0])).mm(weights[1])
@@ -101,12 +102,13 @@ def step_time(activation, size, steps: int) -> float:
             for w in weights:
                 w -= 1e-9 * w.grad
                 w.grad = None
+    loss.item()  # an accelerator's queued steps end here
     return (time.perf_counter() - start) / steps
 
 
-def saved_bytes(activation, size) -> int:
+def saved_bytes(activation, size, device: str) -> int:
     """Bytes of distinct storages the step's graph saves for backward."""
-    x, y, weights = setup(size)
+    x, y, weights = setup(size, device)
     storages: dict[int, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
@@ -122,30 +124,36 @@ def saved_bytes(activation, size) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps")
     args = parser.parse_args()
+    device = args.device
     set_malloc(KEEP_FREED_MEMORY)
-    activations = {**shipped(), **PROBES}
+    activations = {**shipped(device), **PROBES}
+    # An accelerator takes the large size in well under a millisecond per step: more steps, so
+    # each repetition runs well past the launch and timer overhead.
+    large_steps = 2 if device == "cpu" else 50
     lines = [
         "## Activations: step time and saved memory",
         "",
-        f"`python -m benchmarks.activations`: {machine()}. Bare training step (forward, "
-        f"backward, update), medians (min–max) over {args.repetitions} alternating repetitions; "
+        f"`python -m benchmarks.activations --device {device}`: {machine(device)}. Bare "
+        "training step (forward, backward, update), medians (min–max) over "
+        f"{args.repetitions} alternating repetitions; "
         "ratios against `relu` (`torch.relu`) measured in the same run. Saved: bytes of the "
         "distinct storages the step's graph keeps for backward.",
     ]
     for label, size, steps, (unit, scale) in [
         ("reference", SIZES["reference"], 200, ("µs", 1e6)),
-        ("large", SIZES["large"], 2, ("ms", 1e3)),
+        ("large", SIZES["large"], large_steps, ("ms", 1e3)),
     ]:
         samples = alternate(
             {
-                name: (lambda a=a, size=size, steps=steps: step_time(a, size, steps))
+                name: (lambda a=a, size=size, steps=steps: step_time(a, size, steps, device))
                 for name, a in activations.items()
             },
             args.repetitions,
         )
         base = statistics.median(samples["relu"])
-        base_saved = saved_bytes(activations["relu"], size)
+        base_saved = saved_bytes(activations["relu"], size, device)
         n, d_in, h, d_out = size
         lines += [
             "",
@@ -155,7 +163,7 @@ def main() -> None:
             "| --- | --- | --- | --- | --- |",
         ]
         for name, times in samples.items():
-            saved = saved_bytes(activations[name], size)
+            saved = saved_bytes(activations[name], size, device)
             extra = saved - base_saved
             extra_text = (
                 "0"
@@ -176,7 +184,7 @@ def main() -> None:
         "`floor_new_gradient` adds returning a new tensor from lean_relu's kernel "
         "(`threshold_backward`) instead of the incoming one. lean_relu does both.",
     ]
-    write_section("activations", "\n".join(lines))
+    write_section("activations" if device == "cpu" else f"activations-{device}", "\n".join(lines))
     print("\n".join(lines))
 
 

@@ -61,13 +61,18 @@ def commit() -> str:
         return "unknown"
 
 
-def machine() -> str:
+def machine(device: str = "cpu") -> str:
     """Where a benchmark ran, as every table of RESULTS.md says it: float32 results and their
     speed depend on the CPU's vector instructions (AVX2 and AVX-512 kernels round differently)
-    and on the thread count, not only on the code."""
+    and on the thread count, not only on the code; on an accelerator, also on which one."""
     blas = "MKL" if torch.backends.mkl.is_available() else "no MKL"
+    accelerator = (
+        f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}), "
+        if device.startswith("cuda")
+        else ""
+    )
     return (
-        f"{cpu_model()}, {os.cpu_count()} logical cores, vector ISA "
+        f"{accelerator}{cpu_model()}, {os.cpu_count()} logical cores, vector ISA "
         f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} torch threads, "
         f"torch {torch.__version__} ({blas}), Python {platform.python_version()}, reluexp "
         f"commit {commit()}"

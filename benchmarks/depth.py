@@ -4,7 +4,7 @@ the digits study's CNN,
 each per step with every step streamed (log_every=1), with nothing streamed between print steps
 (log_every=1000000), and as the same training written by hand.
 
-    python -m benchmarks.depth [--repetitions 9] [--steps 400] [--threads 1]
+    python -m benchmarks.depth [--repetitions 9] [--steps 400] [--threads 1] [--device cpu]
 
 In-process, alternating: each round runs every loop once; a paired ratio is a round's time over
 the hand-written loop's (or the unstreamed run's) of the same network in the same round.
@@ -33,31 +33,32 @@ LR = 1e-5
 NOTHING_STREAMED = 1_000_000
 
 
-def mlp_overrides(depth: int) -> list[str]:
+def mlp_overrides(depth: int, device: str) -> list[str]:
     hidden = ",".join([str(WIDTH)] * depth)
     return [
         f"model.hidden=[{hidden}]",
         "model.init=scaled",
         f"lr={LR}",
         "activation=myrelu",
-        "device=cpu",
+        f"device={device}",
     ]
 
 
-CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu", "device=cpu"]
+CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu"]
 
 
-def mlp_by_hand(depth: int, steps: int) -> float:
+def mlp_by_hand(depth: int, steps: int, device: str) -> float:
     """The article's loop with `depth` hidden layers: the same draws (x, y, then the weights
-    scaled by sqrt(2 / fan_in)), MyReLU, the summed squared error, w -= LR * w.grad."""
+    scaled by sqrt(2 / fan_in)) on the CPU, moved to the device, MyReLU, the summed squared
+    error, w -= LR * w.grad."""
     generator = torch.Generator("cpu").manual_seed(42)
-    x = torch.randn(64, 1000, generator=generator)
-    y = torch.randn(64, 10, generator=generator)
+    x = torch.randn(64, 1000, generator=generator).to(device)
+    y = torch.randn(64, 10, generator=generator).to(device)
     sizes = [1000] + [WIDTH] * depth + [10]
     weights = []
     for fan_in, fan_out in zip(sizes, sizes[1:]):
         w = torch.randn(fan_in, fan_out, generator=generator) * (2 / fan_in) ** 0.5
-        weights.append(w.requires_grad_())
+        weights.append(w.to(device).requires_grad_())
     with keep_freed_memory():
         start = time.perf_counter()
         for t in range(steps):
@@ -72,6 +73,7 @@ def mlp_by_hand(depth: int, steps: int) -> float:
                 for w in weights:
                     w -= LR * w.grad
                     w.grad = None
+        loss.item()  # an accelerator's queued steps end here
         return (time.perf_counter() - start) / steps
 
 
@@ -82,17 +84,19 @@ def main() -> None:
     # One thread by default: on a shared 2-core machine two threads wait on each other's core,
     # and the medians spread more than the stream costs.
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    steps = args.steps
+    steps, device = args.steps, args.device
     models: dict[str, tuple[list[str], object]] = {
         f"MLP, {depth} hidden": (
-            mlp_overrides(depth),
-            lambda depth=depth: mlp_by_hand(depth, steps),
+            mlp_overrides(depth, device),
+            lambda depth=depth: mlp_by_hand(depth, steps, device),
         )
         for depth in DEPTHS
     }
-    models["digits CNN"] = (CNN_OVERRIDES, lambda: digits_by_hand("cnn", steps))
+    cnn_overrides = [*CNN_OVERRIDES, f"device={device}"]
+    models["digits CNN"] = (cnn_overrides, lambda: digits_by_hand("cnn", steps, device))
     candidates = {}
     for name, (overrides, by_hand) in models.items():
         candidates |= {
@@ -108,9 +112,10 @@ def main() -> None:
     lines = [
         "## Depth: what streaming every step costs as the model gets deeper",
         "",
-        f"`python -m benchmarks.depth`: {machine()}. MLPs of width {WIDTH} on the article's "
-        f"data (`model.init=scaled lr={LR:g} activation=myrelu`) and the digits CNN "
-        f"(`{' '.join(CNN_OVERRIDES)}`); medians (min–max) over {args.repetitions} alternating "
+        f"`python -m benchmarks.depth --device {device}`: {machine(device)}. MLPs of width "
+        f"{WIDTH} on the article's data (`model.init=scaled lr={LR:g} activation=myrelu`) and "
+        "the digits CNN "
+        f"(`{' '.join(cnn_overrides)}`); medians (min–max) over {args.repetitions} alternating "
         f"repetitions of {steps} steps. Paired ratios: a round's time over the same network's "
         "in the same round.",
         "",
@@ -126,7 +131,7 @@ def main() -> None:
             f"| {name} | {summarize(by_hand, 1e6)} | {summarize(off, 1e6)} | "
             f"{summarize(on, 1e6)} | {paired_ratio(on, off)} | {paired_ratio(on, by_hand)} |"
         )
-    write_section("depth", "\n".join(lines))
+    write_section("depth" if device == "cpu" else f"depth-{device}", "\n".join(lines))
     print("\n".join(lines))
 
 

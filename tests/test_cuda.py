@@ -8,7 +8,7 @@ import torch
 
 from reluexp.config import Config
 from reluexp.record import metrics
-from reluexp.run import losses, runner, state
+from reluexp.run import loop, runner
 from tests.helpers import seed_loop
 
 pytestmark = [
@@ -28,33 +28,54 @@ def syncs_allowed():
 
 @pytest.mark.parametrize("activation", ["relu", "lean_relu"])
 def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
-    """Every step runs with sync debug mode 'error'; only flushes and checkpoints may sync."""
-    forward, flush, save = losses.forward, metrics.MetricStream.flush, state.save_checkpoint
+    """Every step runs with sync debug mode 'error' (a sync raises); only flushes and
+    checkpoints may sync."""
+    make_objective, train_loop = loop.objective, runner.train_loop
 
-    def strict_forward(*args):
-        torch.cuda.set_sync_debug_mode("error")  # from the first step on
-        return forward(*args)
+    def strict_objective(config, data):
+        loss_of = make_objective(config, data)
 
-    def allowed(function):
+        def strict(*args):
+            torch.cuda.set_sync_debug_mode("error")  # from the first step on
+            return loss_of(*args)
+
+        return strict
+
+    def allowed(method):
         def wrapped(*args, **kwargs):
             with syncs_allowed():
-                return function(*args, **kwargs)
+                return method(*args, **kwargs)
 
         return wrapped
 
-    monkeypatch.setattr(losses, "forward", strict_forward)
-    monkeypatch.setattr(metrics.MetricStream, "flush", allowed(flush))
-    monkeypatch.setattr(state, "save_checkpoint", allowed(save))
-    config = Config(device="cuda", steps=300)
+    def strict_train_loop(training):
+        try:
+            train_loop(training)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(loop, "objective", strict_objective)
+    monkeypatch.setattr(loop.Training, "flush", allowed(loop.Training.flush))
+    monkeypatch.setattr(loop.Training, "checkpoint", allowed(loop.Training.checkpoint))
+    monkeypatch.setattr(runner, "train_loop", strict_train_loop)
+    config = Config(device="cuda", steps=300, checkpoint_every=100)
     config.activation.name = activation
     config.activation.target = {"relu": "torch.relu", "lean_relu": "reluexp.functions.LeanReLU"}[
         activation
     ]
-    try:
-        final_loss = runner.run(config, tmp_path).final_loss
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert final_loss < 1e3
+    result = runner.run(config, tmp_path)
+    assert (result.status, result.final_loss < 1e3) == ("completed", True)
+
+
+def test_accelerator_norms_are_true_beyond_float32_squares():
+    """A float32 tensor whose squares overflow float32 (and one whose squares underflow) has
+    the same squared norm on the accelerator as on the CPU, in float64."""
+    big = torch.full((1000,), 1e20)
+    small = torch.full((1000,), 1e-25)
+    on_cpu = metrics.squared_norms([big, small])
+    on_cuda = metrics.squared_norms([big.cuda(), small.cuda()]).cpu()
+    assert on_cpu.tolist() == pytest.approx([1e43, 1e-47], rel=1e-6)
+    assert on_cuda.tolist() == pytest.approx(on_cpu.tolist(), rel=1e-6)
 
 
 def test_cuda_run_starts_from_the_cpu_draw(tmp_path):
