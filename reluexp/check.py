@@ -2,7 +2,23 @@
 
 import sys
 
-from reluexp.lab.command import main
+from reluexp.run.signals import Interrupts
+
+
+def run() -> int:
+    """The command; a Ctrl-C or SIGTERM while it imports (torch, about a second) ends it, once
+    imported, in one line."""
+    interrupts = Interrupts("reluexp.check: interrupted while starting")
+    try:
+        with interrupts:
+            from reluexp.lab.command import main
+
+            interrupts.check()
+    except KeyboardInterrupt:
+        print(interrupts.line, file=sys.stderr)
+        return interrupts.exit_code
+    return main()
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -35,14 +35,15 @@ from reluexp.hydra_glue import (
 )
 from reluexp.preflight import Started, start_run, start_sweep
 from reluexp.record.summary import RunSummary, SummaryError, record_failure
-from reluexp.run.rundir import shown_path
+from reluexp.run.rundir import RunHeld, shown_path
 from reluexp.run.signals import (
     STOPPED_AT_START_UP,
-    InterruptSignals,
+    Interrupts,
     StopSignals,
     handlers_kept,
     slurm_job_id,
 )
+from reluexp.sweeps import workers
 from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.terminal import (
     Plan,
@@ -53,13 +54,16 @@ from reluexp.sweeps.terminal import (
     write_sweep_summary,
 )
 from reluexp.sweeps.workers import (
+    SweepStop,
     exit_when_the_sweep_ends,
     in_worker_processes,
-    stop_sweep_on_signals,
     threads_per_job,
 )
 
 log = logging.getLogger("reluexp")
+# A stop before anything trains (app() holds it while Hydra runs): the command ends, in one
+# line, at the next check of its own code (signals.Interrupts says why not at once).
+START_UP = Interrupts(STOPPED_AT_START_UP)
 # A failed run's traceback: into the run's log file only (conf/config.yaml), never the terminal.
 file_log = logging.getLogger("reluexp.logfile")
 
@@ -118,6 +122,7 @@ class Lifecycle(Callback):
         self.started: Started | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        START_UP.check()
         with start_up_checks():
             self.started = start_run(config)
         resumed = self.started.resume
@@ -131,6 +136,7 @@ class Lifecycle(Callback):
             sys.exit(0)
 
     def on_job_start(self, config: DictConfig, *, task_function: Any, **kwargs: Any) -> None:
+        check_stops()
         if isinstance(task_function, Job):
             task_function.started = self.started
 
@@ -154,7 +160,10 @@ class Lifecycle(Callback):
         # while Hydra composes them, in a parallel sweep's wait on its workers, or in the
         # report. The sweep then ends as a stopped job's sweep does.
         parallel = in_worker_processes(config.hydra)
-        stop_sweep_on_signals(sweep_dir, lambda: stopped_sweep_end(sweep_dir, parallel), parallel)
+        workers.current_stop = SweepStop(
+            sweep_dir, lambda: stopped_sweep_end(sweep_dir, parallel), parallel
+        )
+        START_UP.check()  # a stop before the sweep's took over
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         """In a sweep run in this process or its workers, one line per finished job:
@@ -173,10 +182,24 @@ class Lifecycle(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """The sweep's summary and closing line. A job that failed, or never ran, makes the
-        sweep exit 1 once every job has ended."""
+        sweep exit 1 once every job has ended; a stop while the summary is written, 128 + the
+        signal once it is written whole."""
+        stop, workers.current_stop = workers.current_stop, None
+        if stop is not None:
+            stop.check()
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
+        if stop is not None and stop.signum is not None:
+            sys.exit(128 + stop.signum)
         if any(job.summary.status in ("failed", "not started", "unreadable") for job in jobs):
             sys.exit(1)
+
+
+def check_stops() -> None:
+    """Before a job trains: a stop that came ends the command (before anything trained) or
+    the sweep (after its jobs so far)."""
+    if workers.current_stop is not None:
+        workers.current_stop.check()
+    START_UP.check()
 
 
 def stopped_sweep_end(sweep_dir: Path, parallel: bool) -> None:
@@ -287,8 +310,12 @@ ENDINGS = {
     (Where.SLURM, "ended"): Ending("", "return"),
     (Where.SLURM, "interrupted"): Ending("terminal", "return"),
     (Where.SLURM, "failed"): Ending("", "return"),
+    # A sweep job another reluexp command is training: that command records it.
+    (Where.SWEEP, "held"): Ending("", "return"),
+    (Where.WORKER, "held"): Ending("", "return"),
+    (Where.SLURM, "held"): Ending("", "return"),
 }
-EXIT_CODES = {"ended": 0, "failed": 1}
+EXIT_CODES = {"ended": 0, "failed": 1, "held": 0}
 
 
 def run_job(
@@ -307,6 +334,7 @@ def run_job(
     signum, summary = None, None
     try:
         with StopSignals(second_exits=where is not Where.WORKER) as stop:
+            check_stops()  # one that came before this job's took over
             if started is not None and started.resume is not None:
                 result = runner.resume(run_dir, stop=stop, plan=started.resume)
             elif continues(run_dir, multirun=where is not Where.SINGLE):
@@ -325,6 +353,12 @@ def run_job(
         ended, loss = "ended", result.final_loss
     except runner.Interrupted as interrupted:
         ended, loss, signum = "interrupted", math.nan, interrupted.signum
+    except RunHeld as held:
+        if where is Where.SINGLE:
+            exit_with(held)
+        # Another command (a second Finish-it) trains this job and records it: its directory,
+        # log and summary are that command's. The job line says so (job_line).
+        ended, loss = "held", math.nan
     except Exception as error:
         if where is Where.SINGLE and isinstance(error, ConfigError):
             exit_with(error)
@@ -391,15 +425,14 @@ def app() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     # A log file on a full disk: its handler's failure is not the user's traceback to read.
     logging.raiseExceptions = False
-    # SIGTERM at start-up stops as Ctrl-C does there (a sweep's own stop takes over once it
-    # has started, a run's once it trains).
-    interrupts = InterruptSignals()
+    # SIGINT and SIGTERM at start-up (a sweep's own stop takes over once it has started, a
+    # run's once it trains).
     try:
-        with handlers_kept(), interrupts:
+        with handlers_kept(), START_UP:
             task()
     except KeyboardInterrupt:
         print(STOPPED_AT_START_UP, file=sys.stderr)
-        sys.exit(128 + interrupts.signum)
+        sys.exit(START_UP.exit_code)
     except COMPOSITION_ERRORS as error:
         print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
         sys.exit(2)

@@ -2,15 +2,15 @@
 
 import sys
 
-from reluexp.run.signals import InterruptSignals
+from reluexp.run.signals import Interrupts
 
 
 def run() -> int:
     """The report; a Ctrl-C or SIGTERM, while it imports or writes, is one line and 130 (143):
     each of its files is written whole, so none is left half-written."""
-    interrupts = InterruptSignals()
+    interrupts = Interrupts("reluexp.report: interrupted")
     try:
-        with interrupts:
+        with interrupts, interrupts.raising():
             from reluexp.sweeps.report.command import main
 
             return main()
@@ -20,7 +20,7 @@ def run() -> int:
             "wrote it, whole",
             file=sys.stderr,
         )
-        return 128 + interrupts.signum
+        return interrupts.exit_code
 
 
 if __name__ == "__main__":

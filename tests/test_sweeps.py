@@ -18,6 +18,7 @@ import pytest
 from reluexp.hydra_glue import compose_config
 from reluexp.record.events import read_scalars
 from reluexp.record.summary import RunSummary
+from reluexp.run.rundir import hold_run
 from reluexp.sweeps.names import job_dir_name
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import Job, find_jobs
@@ -588,6 +589,25 @@ def test_a_stopped_sweep_is_finished_by_the_command_its_closing_line_gives(tmp_p
     assert [s["resumes"] for s in summaries] == [0, 1, 0]
     assert {p: p.read_bytes() for p in before} == before
     assert "Finish it" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_finish_it_beside_another_says_the_job_is_the_others(tmp_path):
+    """51.4: a job another Finish-it command is training (its lock held, its summary
+    `running`) is left to that command: not recorded `failed` in its summary or its log, and
+    its job line says another command runs it (it read `job failed: ... another reluexp
+    process`)."""
+    sweep_dir, (_, second, _) = stopped_sweep(tmp_path)
+    training = json.loads((second / "summary.json").read_text()) | {"status": "running"}
+    (second / "summary.json").write_text(json.dumps(training))
+    recorded = (second / "summary.json").read_bytes()
+    with hold_run(second):
+        result = run_cli(*FINISHED_SWEEP, f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path)
+    assert (second / "summary.json").read_bytes() == recorded
+    log = (second / "reluexp.log").read_text()  # Hydra's job log: this command's lines too
+    assert "failed" not in log and "Traceback" not in log
+    assert "[2/3] seed=1 running in another reluexp command, which records it" in result.stderr
+    assert "failed" not in result.stderr, result.stderr
 
 
 def files_below(directory: Path) -> dict[Path, bytes]:

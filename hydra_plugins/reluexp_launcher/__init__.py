@@ -1,2 +1,3 @@
 """reluexp's Hydra launcher plugin: Hydra's submitit launchers, with every job followed to its end
-(reluexp.sweeps.launcher). Found by Hydra in its `hydra_plugins` namespace."""
+(reluexp.sweeps.launcher), and its joblib launcher, whose wait a stop ends at once. Found by
+Hydra in its `hydra_plugins` namespace."""

@@ -1,6 +1,7 @@
 """The launchers behind `hydra/launcher=submitit_local`, `submitit_slurm` and `slurm`:
 hydra-submitit-launcher's, launching through reluexp.sweeps.launcher (each job followed to its
-end)."""
+end); and behind `hydra/launcher=joblib`, hydra-joblib-launcher's, whose wait a stop may end
+at once."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,11 @@ try:
     from hydra_plugins.hydra_submitit_launcher import config, submitit_launcher
 except ImportError:  # the `sweeps` extra is not installed: no submitit launchers to offer
     config = submitit_launcher = None
+try:
+    from hydra_plugins.hydra_joblib_launcher import config as joblib_config
+    from hydra_plugins.hydra_joblib_launcher import joblib_launcher
+except ImportError:
+    joblib_config = joblib_launcher = None
 
 
 def launch(
@@ -46,15 +52,38 @@ if submitit_launcher is not None:
         _target_: str = f"{SlurmLauncher.__module__}.SlurmLauncher"
 
 
+if joblib_launcher is not None:
+
+    class JoblibLauncher(joblib_launcher.JoblibLauncher):
+        """hydra-joblib-launcher's, its wait on the workers marked as where a stop ends the
+        sweep at once (reluexp.sweeps.workers.SweepStop)."""
+
+        def launch(
+            self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+        ) -> Sequence[JobReturn]:
+            from reluexp.sweeps.workers import waiting_on_jobs
+
+            with waiting_on_jobs():
+                return super().launch(job_overrides, initial_job_idx)
+
+    @dataclass
+    class JoblibConf(joblib_config.JobLibLauncherConf):
+        _target_: str = f"{JoblibLauncher.__module__}.JoblibLauncher"
+
+
 def register(plugins: Plugins) -> None:
-    """Make these launchers Hydra's `submitit_local` and `submitit_slurm`: the classes known to
-    Hydra, and their configs stored under those names in place of hydra-submitit-launcher's.
+    """Make these launchers Hydra's `submitit_local`, `submitit_slurm` and `joblib`: the
+    classes known to Hydra, and their configs stored under those names in place of the
+    plugins' own.
     Called once Hydra has scanned its plugins (which stores theirs)."""
-    if submitit_launcher is None:
-        return
-    for launcher, node in [(LocalLauncher, LocalConf), (SlurmLauncher, SlurmConf)]:
+    launchers = {}
+    if submitit_launcher is not None:
+        launchers |= {"submitit_local": (LocalLauncher, LocalConf)}
+        launchers |= {"submitit_slurm": (SlurmLauncher, SlurmConf)}
+    if joblib_launcher is not None:
+        launchers["joblib"] = (JoblibLauncher, JoblibConf)
+    for name, (launcher, node) in launchers.items():
         plugins.register(launcher)
-        name = "submitit_local" if launcher is LocalLauncher else "submitit_slurm"
         ConfigStore.instance().store(
             group="hydra/launcher", name=name, node=node, provider="reluexp"
         )

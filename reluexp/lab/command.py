@@ -15,6 +15,7 @@ from reluexp.lab.pipeline import Interrupted, Options, run_checks
 from reluexp.lab.subject import build_subject
 from reluexp.run.device import resolve_device
 from reluexp.run.process import job_environment
+from reluexp.run.signals import Interrupts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("overrides", nargs="*", help="config overrides, as for python -m reluexp")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # SIGINT and SIGTERM alike: the check ends, in one line naming its stage, where the user's
+    # code runs (it may never return), or once the config is composed (signals.Interrupts).
+    with Interrupts("reluexp.check: interrupted") as interrupts:
+        return check(args, interrupts)
+
+
+def check(args: argparse.Namespace, interrupts: Interrupts) -> int:
     try:
         # The same config tree and overrides as `python -m reluexp`; the dir from hydra.run.dir.
         cfg = compose_config(args.overrides)
@@ -57,17 +65,17 @@ def main(argv: list[str] | None = None) -> int:
             domain=tuple(activation.domain) if activation.domain else None,
         )
         # The threads are the check's: put back when it ends (an in-process caller's stay).
-        with job_environment(device, config.threads):
+        with job_environment(device, config.threads), interrupts.raising():
             checked = run_checks(subject, config, options)
     except (ConfigError, *COMPOSITION_ERRORS) as error:
         print(f"reluexp.check: error: {one_line(error)}", file=sys.stderr)
         return 2
     except Interrupted as interrupted:
         print(f"reluexp.check: interrupted during {interrupted.stage}", file=sys.stderr)
-        return 130
+        return interrupts.exit_code
     except KeyboardInterrupt:
-        print("reluexp.check: interrupted", file=sys.stderr)
-        return 130
+        print("reluexp.check: interrupted before the checks began", file=sys.stderr)
+        return interrupts.exit_code
     try:
         problems = checked.write(check_dir)
     except OSError as error:

@@ -24,6 +24,10 @@ def shown_path(directory: Path) -> str:
     return shlex.quote(str(directory))
 
 
+class RunHeld(ConfigError):
+    """Another reluexp process is training in the run directory."""
+
+
 @contextmanager
 def hold_run(run_dir: Path) -> Iterator[None]:
     """A second process on the same run directory (say, a second `resume=` of the same run) is
@@ -37,7 +41,7 @@ def hold_run(run_dir: Path) -> Iterator[None]:
                 raise
             lock.seek(0)
             holder = lock.read().strip() or "?"
-            raise ConfigError(
+            raise RunHeld(
                 f"{run_dir}: another reluexp process (pid {holder}) is training in it"
             ) from None
         lock.seek(0)

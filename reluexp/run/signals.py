@@ -1,9 +1,10 @@
 """The signals that stop a run at a step boundary (StopSignals) and the rest of the process
-where it is not training (InterruptSignals): the mechanisms of the entry point's policy. No
+where it is not training (Interrupts): the mechanisms of the entry point's policy. No
 torch here: the command line imports it before a run starts."""
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,33 +89,57 @@ class StopSignals:
             set_handler(signum, handler)
 
 
-class InterruptSignals:
-    """While active, SIGTERM interrupts as Ctrl-C does (a KeyboardInterrupt wherever the code
-    is), for the code outside training, whose StopSignals take over while it runs; `signum`
-    is the signal that came."""
+class Interrupts:
+    """SIGINT and SIGTERM outside training (whose StopSignals take over while it runs), the
+    first recorded as `signum`. They raise nowhere by default: a library interrupted mid-call
+    swallows the KeyboardInterrupt or is left broken (Hydra's grammar parser turned one into
+    "'NoneType' object has no attribute 'stop'"; a half-imported matplotlib had no rcParams),
+    so the command ends at its next `check()`, a point of its own code. Within `raising()`,
+    code that must end at once (a user's Function that never returns, a report's writing) gets
+    the KeyboardInterrupt where it is. A second signal ends the process at once, with
+    `line`."""
 
-    def __init__(self) -> None:
-        self.signum = signal.SIGINT
-        self._previous: Any = None
+    def __init__(self, line: str) -> None:
+        self.line = line
+        self.signum: int | None = None
+        self.raises = False
+        self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            print(self.line, file=sys.stderr, flush=True)
+            os._exit(128 + signum)
         self.signum = signum
-        raise KeyboardInterrupt
+        if self.raises:
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """KeyboardInterrupt if a stop came."""
+        if self.signum is not None:
+            raise KeyboardInterrupt
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signum or signal.SIGINT)
 
     @contextmanager
-    def next_one_kills(self) -> Iterator[None]:
-        """Within it, a SIGINT or SIGTERM ends the process at once (the first one is being
-        answered)."""
-        previous = {signum: set_handler(signum, signal.SIG_DFL) for signum in STOPS}
+    def raising(self) -> Iterator[None]:
+        self.check()
+        self.raises = True
         try:
             yield
         finally:
-            for signum, handler in previous.items():
-                set_handler(signum, handler)
+            self.raises = False
 
-    def __enter__(self) -> "InterruptSignals":
-        self._previous = set_handler(signal.SIGTERM, self._handle)
+    def hold(self) -> None:
+        """From here on, until __exit__ (or the process's end)."""
+        self.signum = None
+        self._previous = {signum: set_handler(signum, self._handle) for signum in STOPS}
+
+    def __enter__(self) -> "Interrupts":
+        self.hold()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        set_handler(signal.SIGTERM, self._previous)
+        for signum, handler in self._previous.items():
+            set_handler(signum, handler)

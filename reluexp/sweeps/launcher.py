@@ -21,6 +21,7 @@ from reluexp.record.summary import RunSummary, SummaryError, record_lost
 from reluexp.sweeps.names import job_prefix
 from reluexp.sweeps.slurm import ENDED_STATES, GONE, slurm_states
 from reluexp.sweeps.terminal import job_line, sweep_plan
+from reluexp.sweeps.workers import waiting_on_jobs
 
 POLL_SECONDS = 1.0
 # A job SLURM shows as ended this long, with no result, is lost: a requeued job shows its
@@ -163,4 +164,5 @@ def launch(launcher: Any, job_overrides: list[list[str]], initial_job_idx: int) 
         Job(initial_job_idx + i, list(overrides), job)
         for i, (overrides, job) in enumerate(zip(job_overrides, submitted))
     ]
-    return JobFollower(launcher.config, jobs, on_slurm=launcher.cluster == "slurm").follow()
+    with waiting_on_jobs():
+        return JobFollower(launcher.config, jobs, on_slurm=launcher.cluster == "slurm").follow()

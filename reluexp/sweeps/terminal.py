@@ -75,8 +75,12 @@ def job_label(number: int, plan: Plan) -> str:
 
 
 def job_line(number: int, plan: Plan, summary: RunSummary) -> str:
-    """A finished sweep job in one line: [3/12] activation=relu seed=1 completed loss=... ."""
+    """A finished sweep job in one line: [3/12] activation=relu seed=1 completed loss=... ;
+    one another command is training (a second Finish-it): ... running in another reluexp
+    command, which records it."""
     line = f"{job_label(number, plan)} {plan.shown(summary.overrides)} {summary.status}"
+    if summary.status == "running":  # at its end here: another command trains it
+        return f"{line} in another reluexp command, which records it"
     if summary.error:
         line += f": {summary.error}"
     else:

@@ -9,8 +9,10 @@ until no job of it is still `running`."""
 import contextlib
 import os
 import signal
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import psutil
 from omegaconf import DictConfig
 
 from reluexp.record.summary import RunSummary, SummaryError
+from reluexp.run.rundir import shown_path
 from reluexp.run.signals import STOPS, set_handler
 
 # How long the stopped jobs get to reach a step boundary and checkpoint before their workers
@@ -28,7 +31,7 @@ POLL_S = 0.1
 
 def in_worker_processes(hydra_config: DictConfig) -> bool:
     """Jobs run in joblib's local worker processes, not in the process that launched them."""
-    return "joblib" in str(hydra_config.launcher.get("_target_", ""))
+    return "joblib" in str(hydra_config.launcher.get("_target_", "")).lower()
 
 
 def threads_per_job(hydra_config: DictConfig) -> int | None:
@@ -80,29 +83,73 @@ def stop_workers(sweep_dir: Path, signum: int, timeout: float = STOP_TIMEOUT_S) 
     psutil.wait_procs(workers, timeout=timeout)
 
 
-def stop_sweep_on_signals(sweep_dir: Path, end_sweep: Callable[[], object], parallel: bool) -> None:
-    """SIGINT/SIGTERM to a sweep's own process, outside a job's training (which stops at a step
-    boundary): the sweep ends there, `end_sweep` says so (the summary) and the process exits
-    with 128 + the signal. A parallel sweep first passes the signal on to its workers, each
-    job stopping at a step boundary (checkpoint, `interrupted`), and ignores the stop's other
-    copies (a terminal's Ctrl-C reaches it and its workers alike); otherwise a second signal,
-    while the summary is written, ends the process at once."""
+class SweepStop:
+    """SIGINT/SIGTERM to a sweep's own process outside a job's training (which stops at a step
+    boundary): the sweep ends, `end_sweep` says so (the summary) and the process exits with 128
+    + the signal. At once while the launcher waits on its jobs (`waiting()`); elsewhere (Hydra
+    composing the next job, the report being written) at the sweep's next `check()`, as
+    signals.Interrupts says why. A parallel sweep first passes the signal on to its workers,
+    each job stopping at a step boundary (checkpoint, `interrupted`), and ignores the stop's
+    other copies (a terminal's Ctrl-C reaches it and its workers alike); otherwise a second
+    signal ends the process at once."""
 
-    def stop(signum: int, frame: Any) -> None:
-        if parallel:
-            signal.signal(signum, signal.SIG_IGN)  # one stop at a time
-            stop_workers(sweep_dir, signum)
-        else:
-            for stop_signum in STOPS:
-                set_handler(stop_signum, signal.SIG_DFL)
-        end_sweep()
+    def __init__(self, sweep_dir: Path, end_sweep: Callable[[], object], parallel: bool):
+        self.sweep_dir, self.end_sweep, self.parallel = sweep_dir, end_sweep, parallel
+        self.signum: int | None = None
+        self.waits = False
+        for signum in STOPS:
+            set_handler(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            if self.parallel:
+                return
+            print(
+                "reluexp: sweep stopped at once by a second signal; its summary: "
+                f"python -m reluexp.report {shown_path(self.sweep_dir)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(128 + signum)
+        self.signum = signum
+        if self.parallel:
+            stop_workers(self.sweep_dir, signum)
+        if self.waits:
+            self.end()
+
+    def end(self) -> None:
+        self.waits = False
+        self.end_sweep()
         # Raised where the launcher waits: Hydra and joblib unwind, joblib releasing its
         # executor's semaphores and memmapping folders (an os._exit here left them to loky's
         # resource tracker, which warned of them after the closing line).
-        raise SystemExit(128 + signum)
+        raise SystemExit(128 + (self.signum or signal.SIGINT))
 
-    for signum in STOPS:
-        set_handler(signum, stop)
+    def check(self) -> None:
+        """The sweep ends here if a stop came."""
+        if self.signum is not None:
+            self.end()
+
+    @contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The launcher waits on its jobs: a stop ends the sweep at once."""
+        self.check()
+        self.waits = True
+        try:
+            yield
+        finally:
+            self.waits = False
+
+
+# The sweep this process runs, from its start (cli.Lifecycle.on_multirun_start) to its end.
+current_stop: SweepStop | None = None
+
+
+@contextmanager
+def waiting_on_jobs() -> Iterator[None]:
+    """A launcher's wait on its jobs, where the sweep's stop ends it at once (SweepStop)."""
+    with current_stop.waiting() if current_stop is not None else contextlib.nullcontext():
+        yield
 
 
 def exit_when_the_sweep_ends(code: int) -> None:
