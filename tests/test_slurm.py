@@ -9,10 +9,13 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -29,9 +32,19 @@ SCRIPTS = REPO_ROOT / "tests" / "slurm"
 DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch")
 
 
-@pytest.fixture(scope="module")
-def slurm_env():
-    """The environment of a client of a private cluster; the cluster is gone afterwards."""
+def free_port() -> int:
+    """A port nothing listens on now, on 127.0.0.1: a cluster of an earlier run that is still
+    up (or another's) keeps its own."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def cluster(owner: int) -> Iterator[tuple[dict[str, str], list[psutil.Process]]]:
+    """A private single-node cluster on free ports: a client's environment and the daemons.
+    Stopped when the block ends, and by a watcher of its own when the process `owner` ends
+    first, however it ends."""
     missing = [d for d in DAEMONS if shutil.which(d) is None]
     if missing:
         pytest.skip(f"SLURM is not installed here (no {', '.join(missing)}); .ci/run installs it")
@@ -41,30 +54,66 @@ def slurm_env():
     parent = Path(tempfile.mkdtemp(prefix="reluexp-slurm-"))
     parent.chmod(0o755)
     base = parent / "cluster"
-    env = {**os.environ, "SLURM_BASE": str(base)}
-    started = subprocess.run(
-        [str(SCRIPTS / "start-slurm.sh")], env=env, capture_output=True, text=True, timeout=180
+    env = {
+        **os.environ,
+        "SLURM_BASE": str(base),
+        "SLURMCTLD_PORT": str(free_port()),
+        "SLURMD_PORT": str(free_port()),
+    }
+    watcher = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "stop_when_gone.py"), str(owner), str(base)],
+        start_new_session=True,  # a signal to the owner's process group spares it
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    assert started.returncode == 0, started.stderr
-    env["SLURM_CONF"] = str(base / "etc" / "slurm.conf")
-    # This cluster's daemons, by their pid files: never another user's processes.
-    daemons = [
-        psutil.Process(int(pid_file.read_text()))
-        for pid_file in (base / "run").glob("*.pid")
-        if psutil.pid_exists(int(pid_file.read_text()))
-    ]
-    assert {d.name() for d in daemons} >= {"slurmctld", "slurmd", "munged"}, daemons
     try:
-        yield env
+        started = subprocess.run(
+            [str(SCRIPTS / "start-slurm.sh")], env=env, capture_output=True, text=True, timeout=180
+        )
+        assert started.returncode == 0, started.stderr
+        env["SLURM_CONF"] = str(base / "etc" / "slurm.conf")
+        # This cluster's daemons, by their pid files: never another user's processes.
+        daemons = [
+            psutil.Process(int(pid_file.read_text()))
+            for pid_file in (base / "run").glob("*.pid")
+            if psutil.pid_exists(int(pid_file.read_text()))
+        ]
+        assert {d.name() for d in daemons} >= {"slurmctld", "slurmd", "munged"}, daemons
+        yield env, daemons
     finally:
         stopped = subprocess.run(
             [str(SCRIPTS / "stop-slurm.sh")], env=env, capture_output=True, text=True, timeout=180
         )
-        assert stopped.returncode == 0, stopped.stderr
-        assert not base.exists()
-        parent.rmdir()
-        _, alive = psutil.wait_procs(daemons, timeout=60)
-        assert not alive, f"SLURM daemons outlived the tests: {alive}"
+        watcher.kill()
+        watcher.wait()
+    assert stopped.returncode == 0, stopped.stderr
+    assert not base.exists()
+    parent.rmdir()
+    _, alive = psutil.wait_procs(daemons, timeout=60)
+    assert not alive, f"SLURM daemons outlived the tests: {alive}"
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """The environment of a client of a private cluster; the cluster is gone afterwards."""
+    with cluster(os.getpid()) as (env, _):
+        yield env
+
+
+def test_a_cluster_whose_test_process_is_killed_stops(tmp_path):
+    """51.5: a test run stopped by a timeout (SIGTERM, or SIGKILL) skips the fixtures'
+    teardown: the cluster's watcher stops its daemons once the process that started it has
+    ended, and the next cluster starts on ports of its own."""
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        with cluster(owner.pid) as (env, daemons):
+            owner.kill()
+            owner.wait()
+            _, alive = psutil.wait_procs(daemons, timeout=120)
+            assert not alive, f"the daemons outlived the process that started them: {alive}"
+            assert not Path(env["SLURM_BASE"]).exists()
+    finally:
+        owner.kill()
 
 
 def readme_slurm_commands() -> list[list[str]]:
