@@ -122,8 +122,9 @@ class Lifecycle(Callback):
         self.started: Started | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        START_UP.check()
-        with start_up_checks():
+        # The pre-flight is reluexp's own code (and torch's import): a stop ends it there,
+        # before it makes the run's directory.
+        with start_up_checks(), START_UP.raising():
             self.started = start_run(config)
         resumed = self.started.resume
         if resumed is not None and resumed.ended:  # before Hydra writes into its directory
@@ -141,7 +142,7 @@ class Lifecycle(Callback):
             task_function.started = self.started
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        with start_up_checks():
+        with start_up_checks(), START_UP.raising():
             start_sweep(config)
         sweep_dir = Path(config.hydra.sweep.dir)
         plan = sweep_dir / "multirun.yaml"
