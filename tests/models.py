@@ -12,6 +12,20 @@ def two_layer(activation, d_in, d_out):
     )
 
 
+def placing_the_module(activation, d_in, d_out):
+    """The way most users write it: `activation` placed as a Module, one instance called at
+    both places (two sites)."""
+    return nn.Sequential(
+        nn.Flatten(), nn.Linear(d_in, 16), activation, nn.Linear(16, 16), activation,
+        nn.Linear(16, d_out),
+    )  # fmt: skip
+
+
+def without_flatten(activation, d_in, d_out):
+    """Linear layers on image inputs, without nn.Flatten()."""
+    return nn.Sequential(nn.Linear(d_in, 16), activation(), nn.Linear(16, d_out))
+
+
 def with_relus(d_in, d_out):
     """An existing architecture with nn.ReLU written in (model.replace=torch.nn.ReLU)."""
     return nn.Sequential(

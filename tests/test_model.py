@@ -203,6 +203,43 @@ def test_a_factorys_mistake_from_the_command_line_leaves_no_directory(tmp_path):
     assert not run_dir.exists()
 
 
+@pytest.mark.parametrize("activation", ["myrelu", "prelu"])
+def test_a_factory_may_place_the_activation_as_a_module(tmp_path, activation):
+    """49: `nn.Sequential(..., activation, ...)` (it was `TypeError: ... placed is not a Module
+    subclass`): the Module placed trains, each of its calls a site that streams, and a learnable
+    activation's parameter streams too."""
+    run = composed(
+        "model=custom",
+        "model.target=tests.models.placing_the_module",
+        "data=digits",
+        f"activation={activation}",
+        "steps=5",
+        "log_every=1",
+    )
+    result = runner.run(run, tmp_path)
+    assert result.status == "completed"
+    tags = ["units/2/dead_fraction", "units/2#2/dead_fraction"]
+    if activation == "prelu":
+        tags.append("param/2.act.weight")
+    scalars = read_scalars(tmp_path, tags)
+    assert all(len(scalars[tag]) == 5 for tag in tags), scalars
+
+
+def test_a_forward_that_fails_on_the_datas_shape_names_it_and_the_usual_fix():
+    with pytest.raises(ConfigError) as refused:
+        runner.prepare(
+            composed("model=custom", "model.target=tests.models.without_flatten", "data=digits")
+        )
+    message = str(refused.value)
+    assert message.startswith(
+        "model.target=tests.models.without_flatten: the forward of the data's first inputs, "
+        "of shape (2, 1, 8, 8), raised RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+    ), message
+    assert message.endswith(
+        "(linear layers take each example flat: start the model with nn.Flatten())"
+    ), message
+
+
 def test_the_cnn_refuses_data_that_is_not_images():
     with pytest.raises(ConfigError, match=r"^model=cnn: takes images .* examples are \(1000,\)"):
         runner.prepare(composed("model=cnn"))

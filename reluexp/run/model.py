@@ -147,6 +147,26 @@ class Capture:
         return [(pre, post) for _, pre, post in calls]
 
 
+class Placeable(nn.Module):
+    """What a model factory gets as `activation`, taken either way users write it: called,
+    `activation()`, a fresh activation Module for one place; or placed as it is,
+    `nn.Sequential(..., activation, ...)`, one Module whose every call is a site (its
+    activation Module, made once the factory has placed it, is `act`)."""
+
+    def __init__(self, make: Callable[[], nn.Module]):
+        super().__init__()
+        self.make = make
+        self.act: nn.Module | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:
+            return self.make()
+        return super().__call__(*args, **kwargs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x)
+
+
 @dataclass
 class Built:
     """A run's network with where its activation runs: the model, its activation Modules
@@ -238,8 +258,12 @@ def build_model(
         with seeded(generator):
             model = MLP(weights, biases, placed)
     else:
+        offered = Placeable(placed)
         with seeded(generator):
-            model = construct(config, (tuple(x.shape[1:]), d_out), placed)
+            model = construct(config, (tuple(x.shape[1:]), d_out), offered)
+            if any(m is offered for m in model.modules()):  # placed as a Module
+                offered.act = placed()
+                made[-1] = offered  # its calls are the sites, by its place in the model
     custom = config.model.name == ModelName.custom
     what = f"model.target={config.model.target}" if custom else f"model={config.model.name.value}"
     if config.model.replace is not None:
@@ -285,8 +309,15 @@ def probe(model: nn.Module, x: torch.Tensor, d_out: int, capture: Capture, what:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):
             output = model(x)
     except Exception as error:
+        # Linear layers on images: the usual mistake, and its usual fix.
+        fix = (
+            " (linear layers take each example flat: start the model with nn.Flatten())"
+            if x.dim() > 2 and "shapes cannot be multiplied" in str(error)
+            else ""
+        )
         raise ConfigError(
-            f"{what}: the forward of the data's first inputs {raised_at(error)}"
+            f"{what}: the forward of the data's first inputs, of shape {tuple(x.shape)}, "
+            f"{raised_at(error)}{fix}"
         ) from None
     finally:
         calls, capture.on, capture.calls = capture.calls, False, []

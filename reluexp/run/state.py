@@ -57,7 +57,8 @@ class RunState:
             f"{name}.{param}" if name else param: p
             for name, module in self.model.named_modules()
             if id(module) in placed
-            for param, p in module.named_parameters(recurse=False)
+            # recurse: an activation placed as a Module (model.Placeable) holds its own.
+            for param, p in module.named_parameters()
             if p.requires_grad
         }
 
