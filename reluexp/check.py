@@ -17,7 +17,10 @@ def run() -> int:
     except KeyboardInterrupt:
         print(interrupts.line, file=sys.stderr)
         return interrupts.exit_code
-    return main()
+    code = main()
+    # It has said its verdict: a stop while the process exits changes nothing.
+    Interrupts("reluexp.check: stopped while exiting").hold()
+    return code
 
 
 if __name__ == "__main__":

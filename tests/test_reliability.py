@@ -343,7 +343,8 @@ def test_an_activation_that_breaks_the_model_is_one_line_at_start_up(tmp_path):
         runner.run(config, tmp_path / "run")
     assert str(refused.value).startswith(
         "activation.target=torch.Tensor.nonzero in model=mlp: the forward of the data's first "
-        "inputs raised RuntimeError: mat1 and mat2 shapes cannot be multiplied"
+        "inputs, of shape (2, 50), raised RuntimeError: mat1 and mat2 shapes cannot be "
+        "multiplied"
     )
     assert not (tmp_path / "run").exists()
 

@@ -116,13 +116,12 @@ def test_a_stop_while_the_sweeps_report_is_written_leaves_it_whole(tmp_path, sig
     assert (sweep_dir / "groups" / "events.out.tfevents.reluexp-report").is_file()
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.5, 1.0, 2.0, 3.5])
+@pytest.mark.parametrize("delay", [0.0, 0.15, 0.3, 0.5, 0.8])
 def test_sigterm_to_the_lab_at_any_moment_is_one_line_and_143(tmp_path, delay):
-    """It died of the signal, silent (rc -15); Ctrl-C already said which stage it stopped."""
+    """It died of the signal, silent (rc -15); Ctrl-C already said which stage it stopped.
+    (Moments while it checks: a check of MyReLU takes about two seconds once torch is
+    loaded.)"""
     args = ["activation=myrelu", f"hydra.run.dir={tmp_path / 'check'}"]
     code, err = stopped("reluexp.check", args, signal.SIGTERM, delay, tmp_path)
-    if code == 0:  # it finished first (a fast machine): its verdict
-        assert err == [] or "Traceback" not in "".join(err)
-        return
     assert code == 143, err
     assert len(err) == 1 and err[0].startswith("reluexp.check: interrupted"), err
