@@ -1,5 +1,6 @@
 """The framework's loop against an independent copy of the seed's loop, number for number."""
 
+import copy
 import json
 import math
 
@@ -218,3 +219,84 @@ def test_a_row_counts_dead_units_zeros_and_norms():
     assert row["norm/weight_w1"] == math.sqrt(0.25 * 203)
     assert w1.grad is None and w2.grad is None
     assert stream.flush().steps == []
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # Sites of two shapes (each reduced alone), a scalar activation parameter.
+        ["model.hidden=[7,5]"],
+        # Sites of one shape (reduced together), a tensor activation parameter.
+        ["model.hidden=[6,6]", "+activation.params.num_parameters=6"],
+    ],
+)
+def test_every_streamed_tag_is_its_definition_on_a_small_model(tmp_path, composed, overrides):
+    # The run's streamed values against each tag's definition, computed by hand from the same
+    # starting model: every step logged, the activation (a learnable PReLU) updated too.
+    steps, lr = 5, 1e-4
+    config = composed(
+        "activation=prelu",
+        "model.init=scaled",
+        *overrides,
+        f"steps={steps}",
+        "log_every=1",
+        f"lr={lr}",
+    )
+    prepared = runner.prepare(config)
+    model = copy.deepcopy(prepared.built.model)
+    runner.run(config, tmp_path, prepared=prepared)
+    logged = {tag: [v for _, v in values] for tag, values in scalars(tmp_path).items()}
+    x, y = prepared.data.x, prepared.data.y
+    params = dict(model.named_parameters())
+    weights = [params[f"w{i}"] for i in range(1, model.layers + 1)]
+    sites = [getattr(model, f"act{i}") for i in range(1, model.layers)]
+    expected: dict[str, list[float]] = {}
+
+    def add(tag: str, value: torch.Tensor | float) -> None:
+        expected.setdefault(tag, []).append(float(torch.as_tensor(value).detach()))
+
+    for _ in range(steps):
+        h, calls = x, []
+        for w, site in zip(weights, [*sites, None]):
+            h = h.mm(w)
+            if site is not None:
+                calls.append((h.detach(), site(h).detach()))
+                h = site(h)
+        loss = (h - y).pow(2).sum()
+        loss.backward()
+        add("loss/train", loss)
+        for name, p in params.items():
+            add(f"norm/grad_{name}", p.grad.norm())
+        add("norm/grad_total", torch.stack([p.grad.norm() for p in params.values()]).norm())
+        dead = zeros = 0
+        for i, (pre, post) in enumerate(calls, 1):
+            site_dead = (post == 0).all(dim=0)
+            dead, zeros = dead + int(site_dead.sum()), zeros + int((pre == 0).sum())
+            add(f"units/act{i}/dead_fraction", site_dead.double().mean())
+            add(f"units/act{i}/exact_zeros", (pre == 0).sum())
+            add(f"units/act{i}/output_max", post.max())
+            add(f"units/act{i}/output_min", post.min())
+        add("units/dead_fraction", dead / sum(post.shape[1] for _, post in calls))
+        add("units/exact_zeros", zeros)
+        with torch.no_grad():
+            for p in params.values():
+                p -= lr * p.grad
+                p.grad = None
+        for name, p in params.items():
+            add(f"norm/weight_{name}", p.norm())
+            if name.startswith("act"):
+                if p.numel() == 1:
+                    add(f"param/{name}", p)
+                else:
+                    for statistic in ("norm", "mean", "min", "max"):
+                        add(f"param/{name}_{statistic}", getattr(p, statistic)())
+    assert set(expected) <= set(logged)
+    for tag, values in expected.items():
+        exact = tag.startswith(("loss/", "units/", "param/")) and not tag.endswith("_norm")
+        torch.testing.assert_close(
+            torch.tensor(logged[tag], dtype=torch.float64),
+            torch.tensor(values, dtype=torch.float64),
+            rtol=0 if exact else 1e-5,
+            atol=0 if exact else 1e-12,
+            msg=lambda m, tag=tag: f"{tag}: {m}",
+        )

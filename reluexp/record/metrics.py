@@ -17,8 +17,10 @@ FLUSH_SECONDS = 2.0
 
 def flat(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor as one dimension, a view where its layout allows one (a weight's view,
-    taken once, follows its in-place updates)."""
-    tensor = tensor.detach()
+    taken once, follows its in-place updates); detached where it is part of a graph (a
+    gradient never is, and a logged step skips the op)."""
+    if tensor.requires_grad:
+        tensor = tensor.detach()
     return tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
 
 
@@ -84,59 +86,72 @@ class Block:
         )
 
 
-@dataclass
-class SiteGroup:
-    """A recorded step's activation sites of one output shape: their indices in the sites'
-    order, each one's input elements and count of nonzeros, and each unit's largest and
-    smallest output over the batch, stacked over the sites (sites, units...) where there are
-    several."""
+class SiteLayout:
+    """The activation sites of a forward grouped by output shape (and device), sites of one
+    shape, such as every hidden layer of an MLP of one width, being reduced together: the
+    groups in the sites' order of first appearance, and each site's input elements. Found
+    from the first recorded forward, again for one whose shapes differ (a smaller last batch);
+    every forward must group the sites alike."""
 
-    sites: list[int]
-    elements: list[int]
-    nonzero: list[torch.Tensor]
-    unit_max: torch.Tensor
-    unit_min: torch.Tensor
+    def __init__(self, calls: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.shapes = shapes_of(calls)
+        by_shape: dict[tuple, list[int]] = {}
+        for site, shape in enumerate(self.shapes):
+            by_shape.setdefault(shape, []).append(site)
+        self.groups = list(by_shape.values())
+        # Sites in the groups' order, and each one's input elements in that order.
+        self.grouped = [site for group in self.groups for site in group]
+        self.elements = [calls[site][0].numel() for site in self.grouped]
+
+
+def shapes_of(calls: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple]:
+    return [(post.shape, post.device) for _, post in calls]
 
 
 @dataclass
 class MetricRow:
     """One logged step's values, in the order they are recorded: `record_activations` after
     the backward, `record_grad_norms` before the update and `record_weight_norms` after it,
-    `record_activation_params` last. They stay on the device until the flush."""
+    `record_activation_params` last. They stay on the device until the flush.
 
-    # The loss, the squared norms and the activation's parameter statistics (tags.streamed's
-    # order, squared norms in place of norms), a few one-dimensional tensors.
+    At the reference size an op costs more in dispatch than in arithmetic, and more again
+    once the step's own data has left the caches: a row holds each value as the op that
+    made it returned it (no copy, no reshape), and the flush stacks them a kind at a time."""
+
+    loss: torch.Tensor | None = None
+    # The squared norms (tags.streamed's order) and the activation's parameter statistics,
+    # one-dimensional tensors.
     values: list[torch.Tensor] = field(default_factory=list)
-    # The activation sites, grouped by shape (SiteGroup): the sites of one shape, such as
-    # every hidden layer of an MLP of one width, are reduced together.
-    site_groups: list[SiteGroup] = field(default_factory=list)
+    # Each site's count of nonzero inputs, in the layout's grouped order.
+    nonzero: list[torch.Tensor] = field(default_factory=list)
+    # Per group of sites of one shape, each unit's largest and smallest output over the batch
+    # ((units...) for a lone site, (sites, units...) for several).
+    unit_max: list[torch.Tensor] = field(default_factory=list)
+    unit_min: list[torch.Tensor] = field(default_factory=list)
+    # The stream's layout of the sites (None before its first row), or this row's own where
+    # its forward called them otherwise (MetricStream.end_row refuses it).
+    layout: SiteLayout | None = None
 
     def record_activations(self, loss: torch.Tensor, calls: list) -> None:
         """The loss, and each activation call's (input, output), in its sites' order: each
-        site's count of exactly-zero inputs (one full count a site: faster than any count
-        along a dimension), and per group of sites of one shape each unit's extremes over the
-        batch, two reductions of the stacked outputs for the group (at the reference size an
-        op costs more in dispatch than in arithmetic)."""
-        self.values.append(loss.detach().reshape(1))
-        by_shape: dict[tuple, list[int]] = {}
-        for site, (_, post) in enumerate(calls):
-            by_shape.setdefault((post.shape, post.device), []).append(site)
-        for sites in by_shape.values():
+        site's count of nonzero inputs (one full count a site: faster than any count along a
+        dimension), and per group of sites of one shape each unit's extremes over the batch,
+        two reductions of the stacked outputs for the group."""
+        self.loss = loss.detach()
+        if self.layout is None or self.layout.shapes != shapes_of(calls):
+            self.layout = SiteLayout(calls)
+        layout = self.layout
+        for sites in layout.groups:
             if len(sites) == 1:
                 post = calls[sites[0]][1]
-                unit_max, unit_min = post.amax(dim=0), post.amin(dim=0)
+                self.unit_max.append(post.amax(dim=0))
+                self.unit_min.append(post.amin(dim=0))
             else:
                 post = torch.stack([calls[site][1] for site in sites])  # (sites, batch, ...)
-                unit_max, unit_min = post.amax(dim=1), post.amin(dim=1)
-            self.site_groups.append(
-                SiteGroup(
-                    sites,
-                    [calls[site][0].numel() for site in sites],
-                    [torch.count_nonzero(calls[site][0]) for site in sites],
-                    unit_max,
-                    unit_min,
-                )
-            )
+                self.unit_max.append(post.amax(dim=1))
+                self.unit_min.append(post.amin(dim=1))
+        self.nonzero = [torch.count_nonzero(calls[site][0]) for site in layout.grouped]
+        return layout
 
     def record_grad_norms(self, params: list[torch.Tensor]) -> None:
         """Each parameter's gradient's squared norm (0 where the loss does not reach it)."""
@@ -190,14 +205,17 @@ class MetricStream:
         # Validation passes waiting on the device: (step, [loss, accuracy, batch accuracy]).
         self.evaluations: list[tuple[int, torch.Tensor]] = []
         self.last_flush = time.perf_counter()
+        # How the sites' statistics are grouped, from the first recorded step.
+        self.layout: SiteLayout | None = None
 
     def new_row(self) -> MetricRow:
-        return MetricRow()
+        return MetricRow(layout=self.layout)
 
     def end_row(self, step: int, row: MetricRow) -> None:
-        calls = sum(len(group.sites) for group in row.site_groups)
-        layout = [group.sites for group in row.site_groups]
-        if self.rows and layout != [group.sites for group in self.rows[0].site_groups]:
+        calls = len(row.nonzero)
+        if self.layout is None:
+            self.layout = row.layout
+        elif row.layout is not self.layout and row.layout.groups != self.layout.groups:
             raise RuntimeError(
                 f"the shapes the model's activation sites take changed at step {step}: one "
                 "site's shape changed, another's did not (their statistics are reduced "
@@ -238,7 +256,9 @@ class MetricStream:
         if not rows:
             return block
         k, n = len(self.params), len(rows)
-        values = torch.cat([v for row in rows for v in row.values]).double().reshape(n, -1)
+        losses = torch.stack([row.loss for row in rows]).double().reshape(n, 1)
+        recorded = torch.cat([v for row in rows for v in row.values]).double().reshape(n, -1)
+        values = torch.cat([losses, recorded], dim=1)
         squared = torch.tensor(self.squared, device=values.device)
         total_grad_norm = values[:, 1 : 1 + k].sum(dim=1, keepdim=True).sqrt()
         values = torch.where(squared, values.sqrt(), values)
@@ -268,22 +288,22 @@ class MetricStream:
         largest and smallest value, reduced a group of sites at a time (every row groups them
         alike: end_row). A unit is alive when some example of the batch gives it a nonzero
         activation (NaN included: a diverging run's units are not reported dead)."""
-        columns: list[list[torch.Tensor]] = [[], [], [], []]
-        order: list[int] = []
-        n = len(self.rows)
-        for g, first in enumerate(self.rows[0].site_groups):
-            groups = [row.site_groups[g] for row in self.rows]
-            shape = (n, len(first.sites), -1)
-            elements = torch.tensor([group.elements for group in groups])  # (n, sites)
-            nonzero = torch.stack([c for group in groups for c in group.nonzero]).reshape(shape)
-            unit_max = torch.stack([group.unit_max for group in groups]).reshape(shape)
-            unit_min = torch.stack([group.unit_min for group in groups]).reshape(shape)
-            exact_zeros = elements.to(nonzero.device) - nonzero.reshape(n, -1)
-            columns[0].append(exact_zeros.double())
-            columns[1].append(torch.count_nonzero((unit_max != 0) | (unit_min != 0), dim=2))
-            columns[2].append(unit_max.amax(dim=2).double())
-            columns[3].append(unit_min.amin(dim=2).double())
-            order += first.sites
+        rows, n = self.rows, len(self.rows)
+        # Per row, in the layout's grouped order (a smaller last batch has fewer elements).
+        nonzero = torch.stack([count for row in rows for count in row.nonzero]).reshape(n, -1)
+        elements = torch.tensor([row.layout.elements for row in rows], device=nonzero.device)
+        alive, output_max, output_min = [], [], []
+        for g, sites in enumerate(self.layout.groups):
+            shape = (n, len(sites), -1)
+            unit_max = torch.stack([row.unit_max[g] for row in rows]).reshape(shape)
+            unit_min = torch.stack([row.unit_min[g] for row in rows]).reshape(shape)
+            alive.append(torch.count_nonzero((unit_max != 0) | (unit_min != 0), dim=2))
+            output_max.append(unit_max.amax(dim=2).double())
+            output_min.append(unit_min.amin(dim=2).double())
         # Back to the sites' order, from the groups'.
-        in_order = torch.tensor(order).argsort()
-        return tuple(torch.cat(column, dim=1)[:, in_order] for column in columns)
+        in_order = torch.tensor(self.layout.grouped).argsort()
+        grouped = [
+            (elements - nonzero).double(),
+            *(torch.cat(column, dim=1) for column in (alive, output_max, output_min)),
+        ]
+        return tuple(column[:, in_order] for column in grouped)
