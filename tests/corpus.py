@@ -951,6 +951,24 @@ class ScaledShiftedTanh(torch.autograd.Function):
         return grad_output * alpha * (1 - t * t), grad_alpha, grad_output.sum().reshape(alpha.shape)
 
 
+class ScaledTanhFixedShift(ScaledShiftedTanh):
+    """beta a fixed shift that needs no gradient: the backward returns None for it."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_x, grad_alpha, _ = ScaledShiftedTanh.backward(ctx, grad_output)
+        return grad_x, grad_alpha, None
+
+
+class ScaledTanhFixedShiftDoubledAlpha(ScaledShiftedTanh):
+    """Planted: alpha's gradient doubled; beta, as above, needs none."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_x, grad_alpha, _ = ScaledShiftedTanh.backward(ctx, grad_output)
+        return grad_x, 2 * grad_alpha, None
+
+
 class ScaledShiftedTanhWrongAlpha(ScaledShiftedTanh):
     """Planted: alpha's gradient from the input instead of tanh of it."""
 
@@ -1068,6 +1086,101 @@ class HangingBackward(torch.autograd.Function):
             time.sleep(0.1)
 
 
+class SpikeInverse(torch.autograd.Function):
+    """A spiking step whose surrogate min(1/|x|, alpha) is written sign over x:
+    clamp_max(((x >= 0) * 2 - 1) / x, alpha). At x = -0.0, where x >= 0 holds, 1 / -0.0 is
+    -inf: its surrogate says alpha."""
+
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.save_for_backward(x)
+        ctx.alpha = alpha
+        return (x >= 0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return torch.clamp_max(((x >= 0) * 2 - 1) / x, ctx.alpha) * grad_output, None
+
+
+def inverse_surrogate(x, alpha=0.3):
+    return (1 / x.abs()).clamp_max(alpha)
+
+
+class BatchSparsemax(torch.autograd.Function):
+    """sparsemax along the last dim as written for (batch, features) inputs: the ranks
+    `arange(...).view(1, -1).expand_as(x)` raise on a 1-D input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x - x.amax(dim=-1, keepdim=True)  # shift-invariant: the largest is 0
+        z, _ = torch.sort(x, dim=-1, descending=True)
+        ranks = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype, device=x.device)
+        ranks = ranks.view(1, -1).expand_as(x)
+        cumulative = z.cumsum(dim=-1)
+        support = (1 + ranks * z > cumulative).sum(dim=-1, keepdim=True)
+        tau = (cumulative.gather(-1, support - 1) - 1) / support.to(x.dtype)
+        y = (x - tau).clamp(min=0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (y,) = ctx.saved_tensors
+        inside = (y > 0).to(grad_output.dtype)
+        mean = (grad_output * inside).sum(-1, keepdim=True) / inside.sum(-1, keepdim=True)
+        return inside * (grad_output - mean)
+
+
+class RaisesOnEveryShape(torch.autograd.Function):
+    """A forward that needs an argument nobody passes: it raises whatever the input."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(min=0) * ctx.scale
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output
+
+
+class DropoutReusingMask(torch.autograd.Function):
+    """Dropout by hand: a Bernoulli mask drawn in the forward, saved, and reused by the
+    backward."""
+
+    @staticmethod
+    def forward(ctx, x, p=0.5):
+        mask = (torch.rand_like(x) >= p).to(x.dtype) / (1 - p)
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (mask,) = ctx.saved_tensors
+        return grad_output * mask, None
+
+
+class DropoutDoubled(DropoutReusingMask):
+    """Planted: the mask's scale applied twice in the backward."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (mask,) = ctx.saved_tensors
+        return grad_output * mask * mask, None
+
+
+class ArgmaxOneHot(torch.autograd.Function):
+    """A hard choice along the last dim, straight through: the one-hot of each row's argmax."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return F.one_hot(x.argmax(dim=-1), x.shape[-1]).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output
+
+
 def entry(target: str, reference: str | None, *overrides: str) -> list[str]:
     named = [] if reference is None else [f"activation.reference={reference}"]
     return ["activation=custom", f"activation.target={target}", *named, *overrides]
@@ -1086,6 +1199,8 @@ SPIKE = [
 ]
 
 CORRECT = {
+    "batch_only_normalizer": entry("tests.corpus.BatchSparsemax", None),
+    "dropout_reusing_its_mask": entry("tests.corpus.DropoutReusingMask", None),
     "softmax_along_dim": entry(
         "tests.corpus.SoftmaxAlongDim", "torch.softmax", "+activation.params.dim=-1"
     ),
@@ -1218,4 +1333,11 @@ PLANTED = {
         "activation.surrogate=tests.corpus.straight_through",
     ),
     "swish_beta_nan_at_large_inputs": entry("tests.corpus.SwishBeta", None),
+    "dropout_doubled": entry("tests.corpus.DropoutDoubled", None),
+    "raises_on_every_shape": entry("tests.corpus.RaisesOnEveryShape", "torch.relu"),
+    "inf_at_minus_zero": entry(
+        "tests.corpus.SpikeInverse",
+        "tests.corpus.sj_heaviside",
+        *surrogate("tests.corpus.inverse_surrogate", alpha=0.3),
+    ),
 }

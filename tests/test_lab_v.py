@@ -3,6 +3,7 @@ domain, jump, or compute in float32 inside float64; and the Python API's and the
 own edges (bad arguments, the caller's random stream, devices, Ctrl-C)."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 import pytest
 import torch
 
-from reluexp.config import Config, ConfigError
+from reluexp.config import Config, ConfigError, Init
 from reluexp.lab import Status, check_function, command
 from tests import corpus
 from tests.helpers import REPO_ROOT
@@ -29,6 +30,15 @@ pytestmark = pytest.mark.compat
         ),
         ("half_relu_half_tanh", "info: elementwise, but not the same function at every position"),
         ("log_of_positive", "info: checked on x > 0, where the forward is finite"),
+        (
+            "dropout_reusing_its_mask",
+            "info: elementwise, but not the same function at every position",
+        ),
+        (
+            "batch_only_normalizer",
+            "info: takes inputs of 2 and 3 dimensions, not 0-D (raised IndexError: tuple index "
+            "out of range), 1-D (raised RuntimeError: expand(",
+        ),
     ],
 )
 def test_what_the_lab_found_of_a_functions_shape_is_one_info_line(tmp_path, capsys, name, said):
@@ -215,3 +225,97 @@ class InterruptedBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         raise KeyboardInterrupt
+
+
+USERS_TEST = """
+import torch
+from reluexp.lab import check_function
+
+
+class DoubledReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return 2 * grad_output * (x > 0)
+
+
+def test_as_the_readme_writes_it():
+    report = check_function(DoubledReLU, reference=torch.relu, training=False)
+    assert report.ok, str(report)
+
+
+def test_with_the_report_as_the_message():
+    report = check_function(DoubledReLU, reference=torch.relu, training=False)
+    assert report.ok, report
+"""
+
+
+def test_a_failing_check_in_a_users_pytest_shows_the_verdict_lines(tmp_path):
+    (tmp_path / "test_users.py").write_text(USERS_TEST)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = result.stdout
+    assert result.returncode == 1, out
+    # Both failures open with the first line the command prints; the README's pattern shows
+    # every line, the verdict last.
+    first = r"E\s+AssertionError: WRONG gradcheck \(4, 5\): backward at x\[\d, \d\]="
+    assert len(re.findall(first, out)) == 2, out
+    assert re.search(r"E\s+DoubledReLU: WRONG\n", out), out
+    assert "Report(" not in out and "Finding(" not in out, out
+
+
+def test_an_input_the_backward_gives_none_needs_no_gradient_and_each_other_is_judged():
+    alpha, beta = torch.tensor(0.8), torch.tensor(0.1)
+    right = check_function(
+        corpus.ScaledTanhFixedShift, params={"alpha": alpha, "beta": beta}, training=False
+    )
+    assert right.ok, str(right)
+    returns = next(f for f in right.findings if f.check == "returns")
+    assert "returns None for beta: taken as needing no gradient" in returns.detail
+    wrong = check_function(
+        corpus.ScaledTanhFixedShiftDoubledAlpha,
+        params={"alpha": alpha, "beta": beta},
+        training=False,
+    )
+    failing = [f for f in wrong.findings if f.status == Status.WRONG]
+    assert failing and all(f.at is not None and f.at.tensor == "alpha" for f in failing), failing
+    assert not [line for line in str(wrong).splitlines() if "WRONG" in line and "beta" in line]
+
+
+def test_a_module_instance_is_checked_as_its_class():
+    instance = torch.nn.PReLU(init=0.3)
+    report = check_function(instance, reference=torch.nn.PReLU, training=False)
+    assert report.ok and report.name == "PReLU", str(report)
+    wrong = check_function(corpus.PReLUWithWrongSlopeGradient(), training=False)
+    gradcheck = next(f for f in wrong.findings if f.check == "gradcheck (4, 5)")
+    assert gradcheck.status == Status.WRONG and gradcheck.at.tensor == "weight"
+    # The caller's instance is the caller's: not cast, not trained.
+    assert instance.weight.dtype == torch.float32 and instance.weight.item() == pytest.approx(0.3)
+    assert instance.weight.grad is None
+    with pytest.raises(ConfigError, match="PReLU already built; pass its class"):
+        check_function(instance, params={"init": 0.1})
+
+
+def test_a_learnable_module_trains_beside_its_forward_differentiated_by_finite_differences():
+    # The seed's lr diverges with a PReLU: a gentler experiment, as the check advises.
+    experiment = Config(device="cpu", lr=1e-6)
+    experiment.model.init = Init.scaled
+    right = check_function(corpus.PReLU, experiment=experiment)
+    parity = next(f for f in right.findings if f.check == "training parity")
+    assert parity.status == Status.PASS, parity
+    assert "beside its own forward differentiated by finite differences part at step" in (
+        parity.detail
+    )
+    wrong = check_function(corpus.PReLUWithWrongSlopeGradient, experiment=experiment)
+    parity = next(f for f in wrong.findings if f.check == "training parity")
+    assert parity.status == Status.WRONG and "far beyond rounding" in parity.detail, parity

@@ -9,10 +9,10 @@ import torch
 
 from reluexp.lab.cases import Kink
 from reluexp.lab.compare import compare
-from reluexp.lab.findings import Status
+from reluexp.lab.findings import Finding, Report, Status
 from reluexp.lab.judge import Ground, Judged, Truth, judge
 from reluexp.lab.oracle import choose_oracle
-from reluexp.lab.shape import Domain, Structure, stated_domain
+from reluexp.lab.shape import Domain, Structure, stated_domain, structure_of
 from reluexp.lab.subject import build_subject
 from tests import corpus
 
@@ -66,7 +66,9 @@ def test_judge_counts_the_formulas_own_rounding_as_right():
     assert verdict.status == Status.PASS
 
 
-def compared(target, x, surrogate=None, params=None, kinks=(), structure=None, domain=None):
+def compared(
+    target, x, surrogate=None, params=None, kinks=(), structure=None, domain=None, convention=None
+):
     subject = build_subject(target, surrogate=surrogate, params=params)
     kinks = list(kinks)
     oracle = choose_oracle(
@@ -77,7 +79,7 @@ def compared(target, x, surrogate=None, params=None, kinks=(), structure=None, d
         domain or Domain(),
     )
     x = x.requires_grad_()
-    return compare(subject, oracle, x, torch.ones_like(x), kinks).status
+    return compare(subject, oracle, x, torch.ones_like(x), kinks, convention).status
 
 
 class ReLUAtOneTenth(torch.autograd.Function):
@@ -105,6 +107,38 @@ class CenteredThroughNumpy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         return grad_output - grad_output.mean()
+
+
+def infinite_where(function: type, where) -> type:
+    """The Function with its backward made inf (times the upstream gradient) where
+    `where(x)` holds, everywhere else its own: a non-finite result at one kind of element."""
+
+    class InfiniteThere(function):
+        @staticmethod
+        def backward(ctx, grad_output):
+            grads = function.backward(ctx, grad_output)
+            grad = grads[0] if isinstance(grads, tuple) else grads
+            (x,) = ctx.saved_tensors[:1]
+            grad = torch.where(where(x), math.inf * grad_output, grad)
+            return (grad, *grads[1:]) if isinstance(grads, tuple) else grad
+
+    return InfiniteThere
+
+
+def at_zero(x):
+    return x == 0
+
+
+class ReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * (x > 0)
 
 
 RELU_KINK = Kink(0.0, 0.0, 1.0)
@@ -135,6 +169,47 @@ STEP = Kink(0.0, 0.0, 1.0, step=True)
                 torch.tensor([0.0, 1.0, -1.0], dtype=torch.float64),
                 surrogate=corpus.above_zero,
                 kinks=[STEP],
+            ),
+            Status.CONVENTION,
+        ),
+        # A convention chooses among finite values: a non-finite backward where the truth is
+        # finite is wrong at a kink, a step's jump, a rounding crossing, an exact 0 of a
+        # position-dependent Function; at a non-finite input (a limit) it is not.
+        (
+            lambda: compared(
+                infinite_where(ReLU, at_zero), torch.tensor([0.0, 1.0]), kinks=[RELU_KINK]
+            ),
+            Status.WRONG,
+        ),
+        (
+            lambda: compared(
+                infinite_where(corpus.HeavisideAtOrAbove, at_zero),
+                torch.tensor([0.0, 1.0, -1.0], dtype=torch.float64),
+                surrogate=corpus.above_zero,
+                kinks=[STEP],
+            ),
+            Status.WRONG,
+        ),
+        (
+            lambda: compared(
+                infinite_where(ReLUAtOneTenth, lambda x: (x - 0.1).clamp(min=0) == 0),
+                torch.tensor([0.1, 1.0]),
+            ),
+            Status.WRONG,
+        ),
+        (
+            lambda: compared(
+                infinite_where(corpus.HalfReluHalfTanh, at_zero),
+                torch.tensor([0.0, 1.0, 0.5, -0.5]),
+                structure=Structure("elementwise"),
+                # What the edge checks take an exact 0 of such a Function for.
+                convention=torch.tensor([True, False, False, False]),
+            ),
+            Status.WRONG,
+        ),
+        (
+            lambda: compared(
+                infinite_where(corpus.Swish, lambda x: ~x.isfinite()), torch.tensor([math.nan, 1.0])
             ),
             Status.CONVENTION,
         ),
@@ -196,3 +271,29 @@ STEP = Kink(0.0, 0.0, 1.0, step=True)
 )
 def test_compare(case, status):
     assert case() == status
+
+
+def test_a_row_function_that_is_piecewise_constant_is_found_to_be_one():
+    # An argmax's one-hot moves its other outputs only when one input becomes the largest.
+    subject = build_subject(corpus.ArgmaxOneHot)
+    generator = torch.Generator().manual_seed(8)
+    samples = [torch.randn(4, 6, generator=generator, dtype=torch.float64) for _ in range(2)]
+    assert structure_of(subject, samples) == Structure("rows", -1)
+    assert structure_of(build_subject(corpus.Swish), samples) == Structure("pointwise")
+
+
+def test_the_verdicts_counts_say_how_many_of_them_the_lines_above_show():
+    findings = [
+        Finding("kinks", "kink at x=0", Status.CONVENTION, "a"),
+        Finding("edges", "edge one", Status.CONVENTION, "b"),
+        Finding("edges", "edge two", Status.CONVENTION, "c"),
+        Finding("gradients", "gradcheck", Status.PASS),
+    ]
+    assert str(Report("F", findings)).splitlines() == [
+        "CONVENTION kink at x=0: a",
+        "CONVENTION edge one: b",
+        "F: gradients correct; 3 convention findings (2 above, one per group; the report has each)",
+    ]
+    assert str(Report("F", findings[:2])).splitlines()[-1] == (
+        "F: gradients correct; 2 convention findings"
+    )

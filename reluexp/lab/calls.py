@@ -70,15 +70,17 @@ def forward_backward(
         y = fn(leaf, *params)
     if not isinstance(y, torch.Tensor):
         raise UserError(f"forward returned {describe(y)}, not a tensor")
-    wanted = [t for t in (leaf, *params) if t.requires_grad]
+    inputs = (leaf, *params)
+    wanted = [t for t in inputs if t.requires_grad]
     if not y.requires_grad or not wanted:
-        zeros = [torch.zeros_like(t) if t.requires_grad else None for t in (leaf, *params)]
+        zeros = [torch.zeros_like(t) if t.requires_grad else None for t in inputs]
         return y.detach(), zeros, None
     with users_code(subject):
-        grads = torch.autograd.grad(y, wanted, grad_output.to(y.dtype), allow_unused=True)
+        found = iter(torch.autograd.grad(y, wanted, grad_output.to(y.dtype), allow_unused=True))
+    # One per input, None for an input that wants no gradient.
+    grads = [next(found) if t.requires_grad else None for t in inputs]
     if x.requires_grad and grads[0] is None:
         raise UserError("backward returned None for the input")
-    grads = list(grads) if x.requires_grad else [None, *grads]
     return y.detach(), grads, subject.record.take()
 
 

@@ -160,7 +160,9 @@ def edge_cases(kinks: list[Kink], domain: Domain) -> list[Edge]:
 
     non_finite = torch.tensor([math.inf, -math.inf, math.nan, 2.0])
     cases = [
-        Edge("edge 0 and -0.0", torch.tensor([0.0, -0.0, 1.5, -1.5]).requires_grad_(), ones=True),
+        Edge(
+            "edge 0, -0.0, ±1.5", torch.tensor([0.0, -0.0, 1.5, -1.5]).requires_grad_(), ones=True
+        ),
         # The derivative at ±inf or NaN is a limit or undefined: differences are conventions.
         Edge("edge ±inf and NaN", non_finite.requires_grad_(), ~non_finite.isfinite(), ones=True),
         Edge("edge empty (0, 5)", torch.empty(0, 5).requires_grad_()),

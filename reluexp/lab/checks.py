@@ -4,6 +4,7 @@ every dtype, the kinks, the edge cases and large inputs; this alone decides `wro
 function makes a stage's checks from the context; the stage runner runs them."""
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -11,7 +12,7 @@ from reluexp.functions.targets import changes_its_input
 from reluexp.lab.calls import UserError, computed_in, forward_backward, users_code
 from reluexp.lab.cases import Edge, Kink, edge_cases, large_values, upstream
 from reluexp.lab.compare import compare
-from reluexp.lab.context import Check, Context, Learnt, Probe
+from reluexp.lab.context import Check, Context, Learned, Learnt, Probe
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.judge import LOW_PRECISION, dtype_name
 from reluexp.lab.oracle import FD_MAX_ELEMENTS
@@ -37,6 +38,9 @@ def compared(
         )
         return Finding(group, name, Status.UNSUPPORTED, detail)
     g = upstream(x) if grad_output is None else grad_output
+    lifted = context.probe.lifted
+    x = lifted(x.detach()).requires_grad_(x.requires_grad)
+    g, convention = lifted(g), None if convention is None else lifted(convention)
     kinks = list(context.kinks) if kinks is None else kinks
     verdict = compare(context.subject, context.truth, x, g, kinks, convention)
     return Finding(group, name, verdict.status, verdict.detail, verdict.at)
@@ -55,11 +59,18 @@ def returns_checks(context: Context) -> list[Check]:
             in_place = changes_its_input(lambda x: subject.call(x, *subject.inputs(x)))
         if in_place:
             raise UserError("forward changed its input in place (x.op_() or x[...] = ...)")
-        notes, probe = [], Probe()
+        notes, probe, constants = [], Probe(), frozenset()
+        # What changes how the Function is checked, said in the terminal too.
+        said: list[str] = []
+        ranks, refused = ranks_taken(context)
+        if refused:
+            said.append(refused)
         for dtype in (torch.float32, torch.float64):
             x = context.sample((4, 5), torch.Generator().manual_seed(6)).to(dtype)
             x.requires_grad_()
-            y, _, raw = forward_backward(subject, subject.call, x, upstream(x))
+            y, grads, raw = forward_backward(subject, subject.call, x, upstream(x))
+            # An input the backward gives None is one it declares needs no gradient.
+            constants = frozenset(n for n, g in zip(subject.params, grads[1:]) if g is None)
             if not y.is_floating_point() or y.shape != x.shape:
                 raise UserError(
                     f"forward returned {dtype_name(y.dtype)} {tuple(y.shape)} for a "
@@ -81,9 +92,13 @@ def returns_checks(context: Context) -> list[Check]:
                 with users_code(subject):
                     again = subject.forward(x)
                 random = not torch.equal(again.nan_to_num(), y.nan_to_num())
-                probe = Probe(computed_in(dtype, *returned), random)
+                probe = Probe(computed_in(dtype, *returned), random, ranks)
                 if random:
-                    notes.append("its forward is random: two calls on one input differ")
+                    said.append(
+                        "its forward is random (two calls on one input differ): checked with "
+                        "torch's generator seeded alike at every call, the same draws for the "
+                        "forward, its backward and its finite differences"
+                    )
                 if subject.surrogate is not None:
                     with users_code(subject):
                         derivative = subject.surrogate(x.detach())
@@ -92,11 +107,47 @@ def returns_checks(context: Context) -> list[Check]:
                             f"the declared surrogate returned {describe_value(derivative)} for a "
                             f"{tuple(x.shape)} input: it must return the derivative per element"
                         )
-        status = Status.INFO if notes else Status.PASS
-        finding = Finding(group, name, status, "; ".join(dict.fromkeys(notes)))
-        return Learnt([finding], {"probe": probe})
+        if constants:
+            said.append(
+                f"{subject.name}.backward returns None for {', '.join(sorted(constants))}: "
+                "taken as needing no gradient (not checked; the others are)"
+            )
+        notes = [*said, *dict.fromkeys(notes)]
+        finding = Finding(group, name, Status.INFO if notes else Status.PASS, "; ".join(notes))
+        checked = replace(subject, constants=constants)
+        return Learnt(
+            [finding],
+            Learned(subject=checked.fixed() if probe.random else checked, probe=probe),
+            notes=[f"info: {line}" for line in said],
+        )
 
     return [Check(group, name, check, needed=True)]
+
+
+# An input of each rank the returns check tries (its own (4, 5) input is the rank-2 one).
+RANK_SHAPES = {0: (), 1: (5,), 3: (2, 3, 5)}
+
+
+def ranks_taken(context: Context) -> tuple[tuple[int, ...], str]:
+    """The ranks of input the forward takes (2 always: the returns check's own input is 2-D),
+    and, where it refuses some, the line that says so."""
+    subject, taken, refusals = context.subject, [2], {}
+    for rank, shape in RANK_SHAPES.items():
+        x = context.sample(shape, torch.Generator().manual_seed(6))
+        try:
+            with users_code(subject):
+                subject.forward(x)
+            taken.append(rank)
+        except UserError as error:
+            refusals[rank] = str(error)
+    if not refusals:
+        return tuple(sorted(taken)), ""
+    refused = ", ".join(f"{rank}-D ({why})" for rank, why in refusals.items())
+    line = (
+        f"takes inputs of {' and '.join(map(str, sorted(taken)))} dimensions, not {refused}: "
+        "checked on those (a 1-D input as one row)"
+    )
+    return tuple(sorted(taken)), line
 
 
 def describe_value(value: object) -> str:
@@ -163,16 +214,16 @@ def double_backward_checks(context: Context) -> list[Check]:
             )
             return Finding(group, name, Status.UNSUPPORTED, detail)
         try:
-            passed = torch.autograd.gradgradcheck(
-                subject.call, (x, *subject.inputs(x)), raise_exception=False
-            )
-        except Exception as error:
+            with users_code(subject):
+                passed = torch.autograd.gradgradcheck(
+                    subject.call, (x, *subject.inputs(x)), raise_exception=False
+                )
+        except UserError as error:
             return Finding(
                 group,
                 name,
                 Status.DOUBLE_BACKWARD,
-                f"its backward is not differentiable ({type(error).__name__}: "
-                f"{str(error).splitlines()[0]}); a double backward would fail",
+                f"its backward is not differentiable ({error}); a double backward would fail",
             )
         if passed:
             return Finding(group, name, Status.PASS)
@@ -310,7 +361,8 @@ def overflow_note(subject: Subject, x: torch.Tensor, finding: Finding) -> str:
     exp_overflows_at = math.log(torch.finfo(dtype).max)
 
     def finite(v: float) -> bool:
-        return bool(subject.forward(torch.tensor([v], dtype=dtype)).isfinite().all())
+        with users_code(subject):
+            return bool(subject.forward(torch.tensor([v], dtype=dtype)).isfinite().all())
 
     good = 0.0
     if not finite(good):

@@ -30,8 +30,12 @@ def compare(
     non-finite input, and a step's jump, are conventions: the derivative there is a limit, or
     undefined."""
     given = torch.zeros_like(x, dtype=torch.bool) if convention is None else convention
-    # Off the domain, and through a non-elementwise Function wherever such an input reaches.
-    given = oracle.structure.spread(given | ~oracle.domain.contains(x.detach()))
+    # Where the function is undefined: at a non-finite input and off the domain, and through a
+    # non-elementwise Function wherever such an input reaches.
+    undefined = oracle.structure.spread(
+        ~x.detach().isfinite() | ~oracle.domain.contains(x.detach())
+    )
+    given = oracle.structure.spread(given) | undefined
     forward_convention = given | at_kinks(x, kinks)
     # A surrogate is defined at the step, except at the jump itself (which side a backward
     # takes there is a convention, as at a kink).
@@ -66,7 +70,8 @@ def compare(
     scale = x64.abs().clamp(min=1.0)
     grad_scale = g64.abs() * scale
     size = x64.abs()
-    forward_ground = Ground(scale, size, forward_convention)
+    forward_ground = Ground(scale, size, forward_convention, undefined)
+    backward_ground = Ground(grad_scale, size, backward_convention, undefined)
     verdicts = [
         judge(
             Judged("forward", "x", x, y, dtype),
@@ -87,26 +92,27 @@ def compare(
             judge(
                 Judged("backward", "x", x, grads[0], dtype),
                 backward_truth,
-                Ground(grad_scale, size, backward_convention),
+                backward_ground,
             )
         )
     # A parameter's gradient sums over every element: its rounding scales with the terms' sum,
     # its input is as large as the largest, and an input on a kink makes it a convention.
     terms = (grad_scale * x64.abs()).sum()
-    on_kink = bool(forward_convention.any())
+    on_kink, off_domain = bool(forward_convention.any()), bool(undefined.any())
     for (name, param), grad, true in zip(subject.params.items(), grads[1:], truth[1:]):
+        if name in subject.constants or true is None:
+            continue
         if grad is None:
             raise UserError(f"backward returned None for the parameter {name}")
-        if true is None:
-            continue
         peak = size.nan_to_num(nan=0.0).max().item() if size.numel() else 0.0
         largest = torch.full_like(grad, peak, dtype=torch.float64)
         kinked = torch.full_like(grad, on_kink, dtype=torch.bool)
+        unknown = torch.full_like(grad, off_domain, dtype=torch.bool)
         verdicts.append(
             judge(
                 Judged(f"gradient of {name}", name, param.detach().to(x.dtype), grad, dtype),
                 Truth(true, oracle.expected_as, [], error=oracle.error),
-                Ground(terms, largest, kinked),
+                Ground(terms, largest, kinked, unknown),
             )
         )
     if subject.reference is not None:
@@ -119,7 +125,7 @@ def compare(
             grads,
             y64,
             truth,
-            (forward_ground, Ground(grad_scale, size, backward_convention)),
+            (forward_ground, backward_ground),
         )
     return worst(verdicts)
 

@@ -3,7 +3,7 @@
 check itself, a named call whose raise the stage runner turns into a finding."""
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -35,11 +35,21 @@ class Options:
 @dataclass(frozen=True)
 class Probe:
     """What the returns check learnt: the dtype the Function computes in for a float64 input
-    (a forward returning a float32 mask computes in float32), and whether its forward is
-    random (then no training run can be compared step for step)."""
+    (a forward returning a float32 mask computes in float32), whether its forward is random
+    (then no training run can be compared step for step), and the ranks of input it takes
+    (a forward written for (batch, features) may refuse a 1-D input)."""
 
     float64_computed_in: torch.dtype = torch.float64
     random: bool = False
+    ranks: tuple[int, ...] = (0, 1, 2, 3)
+
+    def lifted(self, x: torch.Tensor) -> torch.Tensor:
+        """x with leading dimensions of size 1 up to the next rank the Function takes (a 1-D
+        input as one row); as it is where it takes x's rank or none above it."""
+        if x.dim() == 0 or x.dim() in self.ranks:
+            return x
+        rank = min((r for r in self.ranks if r > x.dim()), default=x.dim())
+        return x.reshape((1,) * (rank - x.dim()) + tuple(x.shape))
 
 
 @dataclass(frozen=True)
@@ -69,13 +79,31 @@ class Context:
         return self.oracle
 
 
+@dataclass(frozen=True)
+class Learned:
+    """What a check teaches the context: each field given replaces the context's (a misspelt
+    one is the check's own TypeError, which run_check reports)."""
+
+    subject: Subject | None = None
+    probe: Probe | None = None
+    structure: Structure | None = None
+    domain: Domain | None = None
+    kinks: tuple[Kink, ...] | None = None
+    oracle: Oracle | None = None
+    reached: dict[str, torch.Tensor] | None = None
+
+    def applied(self, context: Context) -> Context:
+        given = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(context, **{name: v for name, v in given.items() if v is not None})
+
+
 @dataclass
 class Learnt:
-    """What a check found: its findings, what the context learns from it (field: value), facts
-    for check.json and lines for the terminal."""
+    """What a check found: its findings, what the context learns from it, facts for
+    check.json and lines for the terminal."""
 
     findings: list[Finding]
-    context: dict[str, Any] = field(default_factory=dict)
+    context: Learned = Learned()
     facts: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 

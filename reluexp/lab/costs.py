@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from reluexp._compat import import_dynamo_outside_vmap
-from reluexp.lab.calls import UserError, forward_backward, raised
+from reluexp.lab.calls import UserError, forward_backward, raised, users_code
 from reluexp.lab.context import Check, Context, Learnt
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.subject import Subject, Tensors
@@ -119,14 +119,15 @@ def cost_checks(context: Context, repetitions: int = 5) -> list[Check]:
     def check() -> Learnt:
         generator = torch.Generator().manual_seed(4)
         for label, shape in sizes.items():
-            x = torch.randn(shape, generator=generator)
+            x = context.probe.lifted(torch.randn(shape, generator=generator))
             # About 5 ms of calls per repetition, whatever the size.
-            once = max(step_time(subject.call, subject, x, 1), 1e-6)
-            calls = max(1, min(500, int(0.005 / once)))
-            times: dict[str, list[float]] = {side: [] for side in candidates}
-            for _ in range(repetitions):
-                for side, fn in candidates.items():
-                    times[side].append(step_time(fn, subject, x, calls))
+            with users_code(subject):
+                once = max(step_time(subject.call, subject, x, 1), 1e-6)
+                calls = max(1, min(500, int(0.005 / once)))
+                times: dict[str, list[float]] = {side: [] for side in candidates}
+                for _ in range(repetitions):
+                    for side, fn in candidates.items():
+                        times[side].append(step_time(fn, subject, x, calls))
             report[label] = {f"{side}_us": statistics.median(t) * 1e6 for side, t in times.items()}
             report[label]["spread"] = max(
                 (max(t) - min(t)) / statistics.median(t) for t in times.values()

@@ -63,10 +63,11 @@ class Location:
         )
 
 
-@dataclass
+@dataclass(repr=False)
 class Finding:
     """One check's outcome: its group and name, its status, what it says, and where it shows
-    (a lab error keeps its traceback for check.md)."""
+    (a lab error keeps its traceback for check.md). Its repr is its line, as the terminal
+    shows it (what a failing test's assertion prints)."""
 
     group: str
     check: str
@@ -78,6 +79,9 @@ class Finding:
     def line(self) -> str:
         return f"{self.status.label.upper()} {self.check}: {self.detail}"
 
+    def __repr__(self) -> str:
+        return self.line()
+
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["status"] = self.status.label
@@ -88,10 +92,12 @@ def worst(findings: list[Finding]) -> Status:
     return min((f.status for f in findings), default=Status.PASS)
 
 
-@dataclass
+@dataclass(repr=False)
 class Report:
     """Every finding of a check of one Function, and the facts behind them (kinks, the
-    oracle, the training runs, the cost). `ok` is what the command's exit code says."""
+    oracle, the training runs, the cost). `ok` is what the command's exit code says; its
+    str and repr are the lines the terminal shows, the verdict last (what a failing test's
+    `assert report.ok, str(report)` prints)."""
 
     name: str
     findings: list[Finding]
@@ -116,28 +122,38 @@ class Report:
         return all(f.status not in self.failing for f in self.findings)
 
     def verdict(self) -> str:
-        """The one line that answers "is my backward right?"."""
+        """The one line that answers "is my backward right?"; its counts say how many of
+        each kind are among the lines above it (one per group) where fewer are."""
         status = self.status
         if status == Status.ERROR:
             check = next(f.check for f in self.findings if f.status == Status.ERROR)
             return f"{self.name}: LAB ERROR in {check} (the lab failed, not your Function)"
         if status in self.failing:
             return f"{self.name}: {status.label.upper()}"
-        counts = {
-            s: sum(f.status == s for f in self.findings)
-            for s in (Status.DOUBLE_BACKWARD, Status.PRECISION, Status.CONVENTION)
-        }
-        notes = [f"{n} {s.label} finding(s)" for s, n in counts.items() if n]
+        shown = [f.status for f in self.shown()]
+        notes = []
+        for kind in (Status.DOUBLE_BACKWARD, Status.PRECISION, Status.CONVENTION):
+            n = sum(f.status == kind for f in self.findings)
+            if n:
+                above = shown.count(kind)
+                where = (
+                    "" if above == n else f" ({above} above, one per group; the report has each)"
+                )
+                notes.append(f"{n} {kind.label} finding{'s' if n > 1 else ''}{where}")
         return f"{self.name}: gradients correct" + (f"; {', '.join(notes)}" if notes else "")
 
-    def summary_lines(self) -> list[str]:
-        """One line per group whose worst finding is not a pass: that finding."""
-        lines = []
+    def shown(self) -> list[Finding]:
+        """The findings the terminal shows: per group whose worst finding is not a pass, that
+        finding."""
+        found = []
         for group in dict.fromkeys(f.group for f in self.findings):
             members = [f for f in self.findings if f.group == group and f.status not in QUIET]
             if members:
-                lines.append(min(members, key=lambda f: f.status).line())
-        return lines
+                found.append(min(members, key=lambda f: f.status))
+        return found
+
+    def summary_lines(self) -> list[str]:
+        return [f.line() for f in self.shown()]
 
     def table(self) -> list[str]:
         width = max((len(f.check) for f in self.findings), default=0)
@@ -161,3 +177,5 @@ class Report:
 
     def __str__(self) -> str:
         return "\n".join([*self.summary_lines(), *self.notes, self.verdict()])
+
+    __repr__ = __str__

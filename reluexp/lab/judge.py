@@ -70,12 +70,14 @@ class Judged:
 @dataclass(frozen=True)
 class Ground:
     """What is known of each element's input: the scale its rounding is relative to, the
-    magnitude of the input it came from, and where any difference is only a convention (a
-    kink, a step's jump, a non-finite input)."""
+    magnitude of the input it came from, where a finite difference is only a convention (a
+    kink, a step's jump, a rounding crossing), and where the function has no value to be
+    right about (a non-finite input, off its domain: there any result is a convention)."""
 
     scale: torch.Tensor
     size: torch.Tensor
     convention: torch.Tensor
+    undefined: torch.Tensor | None = None
 
 
 def judge(
@@ -97,9 +99,11 @@ def judge(
     math: precision, not a wrong formula). Non-finite where the truth is finite and fits the
     dtype: fails at large inputs, is wrong at an ordinary input, and near the dtype's range is
     precision (`size`: the magnitude of the input each element came from). At a convention
-    element any difference is a convention."""
+    element a finite difference is a convention, and a non-finite result where the truth is
+    finite is judged as anywhere; where the function is undefined any result is a
+    convention."""
     computed_in, actual = judged.computed_in, judged.actual
-    scale, size, convention = ground.scale, ground.size, ground.convention
+    scale, size = ground.scale, ground.size
     info = torch.finfo(computed_in)
     low_precision = computed_in in LOW_PRECISION
     eps = info.eps
@@ -122,7 +126,12 @@ def judge(
     explainable = max(eps, torch.finfo(torch.float32).eps) + truth.error
     close = err <= allowance + PRECISION_UNITS * explainable * (magnitude + scale)
     large, near_range = size >= LARGE_INPUT, size > info.max / 1024
-    off = ~same & ~convention
+    # A convention chooses among finite values: a non-finite result where the truth is finite
+    # is no choice of it.
+    excused = ground.convention & ~nonfinite
+    if ground.undefined is not None:
+        excused |= ground.undefined
+    off = ~same & ~excused
     if not finite_deviations:
         precise = close = torch.ones_like(same)
     less_precise = off & ~nonfinite & t.isfinite() & close & ~precise
@@ -135,7 +144,7 @@ def judge(
         ),
         (Status.LARGE, off & nonfinite & large & ~near_range),
         (Status.PRECISION, less_precise | off & nonfinite & near_range),
-        (Status.CONVENTION, ~same & convention),
+        (Status.CONVENTION, ~same & excused),
     ]
     for status, mask in findings:
         if only is not None and status not in only or not mask.any():

@@ -12,7 +12,7 @@ import torch
 
 from reluexp.lab.cases import Kink, at_kinks
 from reluexp.lab.shape import Domain, Structure
-from reluexp.lab.subject import Subject, Tensors, tensor_slots, with_tensors
+from reluexp.lab.subject import Subject, Tensors, tensor_slots, with_fixed_randomness, with_tensors
 
 # Finite differences: a five-point stencil with steps of this size relative to the input
 # (between 1 and 10), ~1e-12 of a smooth derivative; the checks keep inputs 0.05 from kinks.
@@ -388,6 +388,8 @@ def choose_oracle(
         why = f"a {subject.kind}: the lab differentiates a Function's own forward only"
     else:
         twin = forward_outside_apply(subject.function, subject.extra_args)
+        if subject.random:
+            twin = with_fixed_randomness(twin)
         why = autograd_follows(subject, twin, x)
         if not why:
             return Oracle(

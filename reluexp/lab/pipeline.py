@@ -10,7 +10,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from reluexp.lab.checks import (
     range_checks,
     returns_checks,
 )
-from reluexp.lab.context import FLOATS, Check, Context, Learnt, Options
+from reluexp.lab.context import FLOATS, Check, Context, Learned, Learnt, Options
 from reluexp.lab.costs import cost_checks, memory_checks, transform_checks
 from reluexp.lab.files import write_report
 from reluexp.lab.findings import Finding, Report, Status
@@ -68,20 +68,18 @@ class Checked:
 
 
 def structure_checks(context: Context) -> list[Check]:
-    """How the outputs depend on the inputs (shape.structure_of); a random forward cannot be
-    probed and is taken as elementwise."""
+    """How the outputs depend on the inputs (shape.structure_of), a random forward's with its
+    randomness fixed."""
 
     def check() -> Learnt:
-        if context.probe.random:
-            return Learnt([])
         samples = [context.sample((4, 6), torch.Generator().manual_seed(s)) for s in (8, 9)]
         with users_code(context.subject):
             structure = structure_of(context.subject, samples)
         if structure.pointwise:
-            return Learnt([], {"structure": structure})
+            return Learnt([], Learned(structure=structure))
         described = structure.describe()
         finding = Finding("oracle", "structure", Status.INFO, described)
-        return Learnt([finding], {"structure": structure}, notes=[f"info: {described}"])
+        return Learnt([finding], Learned(structure=structure), notes=[f"info: {described}"])
 
     return [Check("oracle", "structure", check, needed=True)]
 
@@ -104,7 +102,7 @@ def domain_checks(context: Context) -> list[Check]:
         if domain.whole:
             return Learnt([])
         finding = Finding("oracle", "domain", Status.INFO, said)
-        return Learnt([finding], {"domain": domain}, notes=[f"info: {said}"])
+        return Learnt([finding], Learned(domain=domain), notes=[f"info: {said}"])
 
     return [Check("oracle", "domain", check, needed=True)]
 
@@ -121,7 +119,7 @@ def kink_search(context: Context) -> list[Check]:
             found = tuple(find_kinks(subject, context.domain))
         names = ", ".join(f"{k.x:g}" + (" (a step)" if k.step else "") for k in found)
         finding = Finding("oracle", "kinks of the forward", Status.INFO, names or "none")
-        return Learnt([finding], {"kinks": found})
+        return Learnt([finding], Learned(kinks=found))
 
     return [Check("oracle", "kinks of the forward", kinks, needed=True)]
 
@@ -135,7 +133,9 @@ def oracle_choice(context: Context) -> list[Check]:
             oracle = choose_oracle(
                 context.subject, x, list(context.kinks), context.structure, context.domain
             )
-        return Learnt([Finding("oracle", "oracle", Status.INFO, oracle.reason)], {"oracle": oracle})
+        return Learnt(
+            [Finding("oracle", "oracle", Status.INFO, oracle.reason)], Learned(oracle=oracle)
+        )
 
     return [Check("oracle", "oracle", chosen, needed=True)]
 
@@ -199,7 +199,7 @@ def run_checks(subject: Subject, experiment: Config, options: Options) -> Checke
                     report.findings.extend(learnt.findings)
                     report.facts |= learnt.facts
                     report.notes.extend(learnt.notes)
-                    context = replace(context, **learnt.context)
+                    context = learnt.context.applied(context)
                     if check.needed and any(
                         f.status not in (Status.PASS, Status.INFO) for f in learnt.findings
                     ):

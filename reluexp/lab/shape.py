@@ -79,10 +79,15 @@ def differ(a: torch.Tensor, b: torch.Tensor, tolerance: float = 0.0) -> torch.Te
 
 
 def moved_by(subject: Subject, x: torch.Tensor, index: tuple[int, ...]) -> torch.Tensor:
-    """The outputs that move when one input element does."""
-    nudged = x.clone()
-    nudged[index] += 1e-3 * max(1.0, abs(nudged[index].item()))
-    return differ(subject.forward(nudged), subject.forward(x))
+    """The outputs that move when one input element does: nudged, and made the largest of
+    all (a piecewise-constant Function of a row, an argmax, moves its others only then)."""
+    y = subject.forward(x)
+    moved = torch.zeros_like(y, dtype=torch.bool)
+    for value in (x[index] + 1e-3 * max(1.0, abs(x[index].item())), 2 * x.abs().max() + 1):
+        changed = x.clone()
+        changed[index] = value
+        moved |= differ(subject.forward(changed), y)
+    return moved
 
 
 def structure_of(subject: Subject, samples: list[torch.Tensor]) -> Structure:

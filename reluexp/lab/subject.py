@@ -3,8 +3,9 @@ tensor parameters passed explicitly), its declared surrogate and its optional re
 from objects or dotted paths. Building runs none of the user's code but its constructors and,
 when params are given, its forward once on a small input (a ValueError there refuses them)."""
 
+import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -53,6 +54,23 @@ def recording(function: type[torch.autograd.Function], record: BackwardRecord) -
     return type(function.__name__, (function,), namespace)
 
 
+# The generator state a random forward starts every call from while it is checked.
+FIXED_SEED = 7
+
+
+def with_fixed_randomness(fn: Tensors) -> Tensors:
+    """fn with torch's generators seeded alike at every call (and put back after it): a random
+    forward (dropout) becomes a function of its input, the same draws for its finite
+    differences as for the forward whose backward is checked."""
+
+    def call(x: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+        with torch.random.fork_rng():
+            torch.manual_seed(FIXED_SEED)
+            return fn(x, *tensors)
+
+    return call
+
+
 def with_tensors(arguments: tuple, slots: tuple[int, ...], tensors: tuple) -> tuple:
     """A Function's arguments after its input with the tensors given put in their slots (none
     given: its own)."""
@@ -69,10 +87,10 @@ def tensor_slots(arguments: tuple) -> tuple[int, ...]:
 def explicit(obj: object, params: dict[str, Any], path: str) -> tuple[Tensors, dict[str, Any]]:
     """obj as f(x, *tensors) and the tensor parameters that follow x: a Module's own (through
     torch.func.functional_call), a Function's tensor arguments (apply(x, w, b): each an input
-    whose gradient is checked), none for a function."""
-    if is_module(obj):
-        checked_params(obj, params, path)
-        module = obj(**params)
+    whose gradient is checked), none for a function. A Module instance is taken as built (a
+    copy: the caller's own is left as it is)."""
+    if is_module(obj) or isinstance(obj, torch.nn.Module):
+        module = instance_of(obj, params, path)
         named = dict(module.named_parameters())
 
         def call(x: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
@@ -90,6 +108,20 @@ def explicit(obj: object, params: dict[str, Any], path: str) -> tuple[Tensors, d
 
             return apply, {names[i]: arguments[i].detach().clone() for i in slots}
     return as_activation(obj, params, path), {}
+
+
+def instance_of(module: object, params: dict[str, Any], path: str) -> torch.nn.Module:
+    """A Module class built with the params, or a copy of a Module instance (which takes none:
+    it is built)."""
+    if not isinstance(module, torch.nn.Module):
+        checked_params(module, params, path)
+        return module(**params)
+    if params:
+        raise ConfigError(
+            f"activation.params: {path} is a {type(module).__name__} already built; pass its "
+            "class to build it with them"
+        )
+    return copy.deepcopy(module)
 
 
 @dataclass
@@ -112,10 +144,28 @@ class Subject:
     reference: Tensors | None = None
     reference_path: str | None = None
     make_reference: ActivationFactory | None = None
+    # The tensor inputs that need no gradient: those the backward returns None for (the
+    # returns check finds them); the others' gradients are checked.
+    constants: frozenset[str] = frozenset()
+    # A random forward, checked with its randomness fixed (with_fixed_randomness).
+    random: bool = False
 
     def inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """The parameters, in x's dtype and device, as leaves that want gradients."""
-        return [p.detach().to(x.device, x.dtype).requires_grad_() for p in self.params.values()]
+        """The parameters, in x's dtype and device, as leaves; those that are not constants
+        want gradients."""
+        return [
+            p.detach().to(x.device, x.dtype).requires_grad_(name not in self.constants)
+            for name, p in self.params.items()
+        ]
+
+    def fixed(self) -> "Subject":
+        """The same Function with its randomness fixed at every call."""
+        return replace(
+            self,
+            call=with_fixed_randomness(self.call),
+            plain=with_fixed_randomness(self.plain),
+            random=True,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The target's value at x, no graph."""
@@ -133,8 +183,15 @@ def build_subject(
     path; the params go to the target, and to the reference and the surrogate as they take
     them. A mistake is a ConfigError naming the key."""
     params = dict(params or {})
-    target_path = target if isinstance(target, str) else getattr(target, "__qualname__", "target")
     obj = resolved(target, "activation.target")
+    instance = isinstance(obj, torch.nn.Module)
+    target_path = (
+        target
+        if isinstance(target, str)
+        else type(obj).__name__
+        if instance
+        else getattr(target, "__qualname__", "target")
+    )
     if not callable(obj):
         raise ConfigError(
             f"activation.target={target_path}: a {type(obj).__name__}, not a Function, Module or "
@@ -148,13 +205,23 @@ def build_subject(
         probed_in_place(lambda x: plain(x, *named.values()), target_path, params)
     subject = Subject(
         name=getattr(obj, "__name__", target_path),
-        kind="Function" if is_function(obj) else "Module" if is_module(obj) else "function",
+        kind="Function"
+        if is_function(obj)
+        else "Module"
+        if is_module(obj) or instance
+        else "function",
         call=call,
         plain=plain,
         params=named,
         record=record,
-        make_activation=layers_of(
-            obj if is_module(obj) else as_activation(obj, params, target_path), target_path, params
+        make_activation=(
+            (lambda: copy.deepcopy(obj))
+            if instance
+            else layers_of(
+                obj if is_module(obj) else as_activation(obj, params, target_path),
+                target_path,
+                params,
+            )
         ),
         function=obj if is_function(obj) else None,
         extra_args=checked_params(obj, params, target_path) if is_function(obj) else (),

@@ -17,7 +17,7 @@ from reluexp.config import Config, Dtype, Init
 from reluexp.functions.targets import ActivationFactory, layers_of
 from reluexp.lab.calls import UserError, autograd_message, raised
 from reluexp.lab.cases import Kink
-from reluexp.lab.context import Check, Context, Learnt, Probe
+from reluexp.lab.context import Check, Context, Learned, Learnt, Probe
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.subject import Subject
@@ -33,6 +33,9 @@ THOROUGH_STEPS = 500
 # Float64 runs that first part by this much (relative) are not rounding apart; for a Function
 # that computes in float32 (a float32 mask for a float64 input), float32's rounding apart.
 PARTING = {torch.float64: 1e-10, torch.float32: 1e-5}
+# A twin trained through finite differences parts from the Function by their error, carried
+# by the updates: this many times it is still theirs.
+FD_PARTING_UNITS = 1e3
 
 
 @dataclass
@@ -111,6 +114,47 @@ def settings_that_train(config: Config, activation: ActivationFactory) -> str:
     return ""
 
 
+class Differenced(torch.autograd.Function):
+    """A Module activation's forward with the oracle's derivative: finite differences of the
+    forward, for its input and its parameters (float64)."""
+
+    @staticmethod
+    def forward(ctx: Any, oracle: Oracle, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        ctx.oracle = oracle
+        ctx.save_for_backward(x, *params)
+        return oracle.forward(list(params))(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, *params = ctx.saved_tensors
+        return (None, *ctx.oracle.grads(x, grad_output, params))
+
+
+class DifferencedTwin(torch.nn.Module):
+    """The twin of one of a Module activation's Modules: its parameters, starting where the
+    Module's do, trained through Differenced."""
+
+    def __init__(self, oracle: Oracle, module: torch.nn.Module):
+        super().__init__()
+        self.weights = torch.nn.ParameterList(p.detach().clone() for p in module.parameters())
+        # A closure, not an attribute: a copy of the model shares the oracle.
+        self.differenced = lambda x, *params: Differenced.apply(oracle, x, *params)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.differenced(x, *self.weights)
+
+
+def twin_layers(subject: Subject, oracle: Oracle) -> ActivationFactory | None:
+    """What the twin run places: the oracle's twin (autograd through a Function's forward, or
+    the declared surrogate); for an elementwise Module activation (a learnable one), its
+    forward differentiated by finite differences, parameters included; else none."""
+    if oracle.twin is not None:
+        return layers_of(oracle.twin, f"{subject.name}'s twin", {})
+    if subject.kind == "Module" and oracle.structure.elementwise:
+        return lambda: DifferencedTwin(oracle, subject.make_activation())
+    return None
+
+
 def deciding_pair(
     config: Config,
     subject: Subject,
@@ -121,7 +165,8 @@ def deciding_pair(
 ) -> tuple[Finding, dict[str, Any], Side | None]:
     """The Function against its oracle twin in float64: right vs wrong."""
     name = "training parity"
-    if oracle.twin is None or probe.random:
+    twin_activation = twin_layers(subject, oracle)
+    if twin_activation is None or probe.random:
         why = "its forward is random" if probe.random else f"the oracle is {oracle.expected_as}"
         return (
             Finding(
@@ -133,18 +178,16 @@ def deciding_pair(
             {},
             None,
         )
-    twin_layers = layers_of(oracle.twin, f"{subject.name}'s twin", {})
     function = train_side(config, subject.make_activation, "float64", steps)
-    twin = train_side(config, twin_layers, "float64", steps)
+    twin = train_side(config, twin_activation, "float64", steps)
     facts: dict[str, Any] = {
         "function_diverged_at": function.diverged_at,
         "twin_diverged_at": twin.diverged_at,
     }
-    against = (
-        f"its {oracle.expected_as}"
-        if oracle.kind == "surrogate"
-        else "its own forward differentiated by autograd"
-    )
+    against = {
+        "surrogate": f"its {oracle.expected_as}",
+        "autograd": "its own forward differentiated by autograd",
+    }.get(oracle.kind, "its own forward differentiated by finite differences")
     if function.diverged_at is not None and twin.diverged_at is None:
         return (
             Finding(
@@ -158,7 +201,7 @@ def deciding_pair(
             function,
         )
     if function.diverged_at is not None:
-        gentler = settings_that_train(config, twin_layers)
+        gentler = settings_that_train(config, twin_activation)
         hint = f"; {gentler} trains it" if gentler else ""
         return (
             Finding(
@@ -174,6 +217,8 @@ def deciding_pair(
     facts |= where_they_part(function, twin)
     first, at_parting = facts["first_parting_step"], facts["relative_difference_at_parting"]
     limit = PARTING.get(probe.float64_computed_in, PARTING[torch.float32])
+    # Finite differences carry their own error into every update.
+    limit = max(limit, FD_PARTING_UNITS * oracle.error)
     # Rounding shows where the runs first part as a difference of ~1e-16 (however far a chaotic
     # network carries it later); a wrong backward, as one far larger. Through a step (a spiking
     # neuron) rounding moves the loss only once it carries a pre-activation across the step,
@@ -297,7 +342,7 @@ def training_checks(context: Context) -> list[Check]:
 
     def check() -> Learnt:
         if not context.options.training:
-            return Learnt([], {"reached": preactivations(config, None)})
+            return Learnt([], Learned(reached=preactivations(config, None)))
         with runs_silenced():
             try:
                 deciding, twin_facts, function64 = deciding_pair(
@@ -311,10 +356,10 @@ def training_checks(context: Context) -> list[Check]:
                 detail = autograd_message(str(error), subject.name)
                 failed = Finding("training", "training parity", Status.WRONG, detail)
                 reached = preactivations(config, None)
-                return Learnt([failed], {"reached": reached}, {"training": {"error": detail}})
+                return Learnt([failed], Learned(reached=reached), {"training": {"error": detail}})
         facts = {"float64 twin": twin_facts, "float32 reference": reference_facts}
         reached = preactivations(config, function64)
-        return Learnt([deciding, informing], {"reached": reached}, {"training": facts})
+        return Learnt([deciding, informing], Learned(reached=reached), {"training": facts})
 
     return [Check("training", "training parity", check)]
 
