@@ -30,6 +30,16 @@ class Optimizer(str, Enum):
     adam = "adam"
 
 
+class Schedule(str, Enum):
+    """constant: lr throughout; cosine: half a cosine from lr to 0 over the steps after the
+    warmup (torch's CosineAnnealingLR); step: lr times schedule.gamma at each of
+    schedule.milestones (torch's MultiStepLR)."""
+
+    constant = "constant"
+    cosine = "cosine"
+    step = "step"
+
+
 def meaning(text: str) -> dict[str, str]:
     """A field's meaning, which --help prints (key_meanings())."""
     return {"help": " ".join(text.split())}
@@ -43,6 +53,9 @@ def normalize(node: Any, prefix: str = "") -> None:
     for schema_field in fields(node):
         kind, name = schema_field.type, schema_field.name
         value = getattr(node, name)
+        if is_dataclass(kind) and isinstance(value, str | Enum):  # given by its name alone
+            value = kind(name=value)
+            setattr(node, name, value)
         if is_dataclass(kind):
             normalize(value, f"{prefix}{name}.")
         elif isinstance(kind, type) and issubclass(kind, Enum) and not isinstance(value, kind):
@@ -58,6 +71,13 @@ def normalize(node: Any, prefix: str = "") -> None:
             ):
                 raise ConfigError(f"model.hidden={value!r}: expected an int or a list of ints")
             node.hidden = widths
+        elif f"{prefix}{name}" == "schedule.milestones":
+            steps = list(value) if isinstance(value, list | tuple) else [value]
+            if not all(isinstance(s, int) and not isinstance(s, bool) for s in steps):
+                raise ConfigError(
+                    f"schedule.milestones={value!r}: expected an int or a list of ints (steps)"
+                )
+            node.milestones = steps
 
 
 # Defaults: the reference experiment's, for run() callers.
@@ -237,6 +257,50 @@ class ModelConfig:
 
 
 @dataclass
+class OptimizerConfig:
+    name: Optimizer = field(
+        default=Optimizer.manual,
+        metadata=meaning("The weight update (the optimizer= group sets it)."),
+    )
+    momentum: float = field(
+        default=0.0, metadata=meaning("sgd's momentum (0.9 in the ResNet recipe); 0: none.")
+    )
+    nesterov: bool = field(
+        default=False, metadata=meaning("sgd: Nesterov's momentum (needs momentum > 0).")
+    )
+    weight_decay: float = field(
+        default=0.0,
+        metadata=meaning(
+            "L2 weight decay (sgd, adam) on the weights, the tensors of two or more "
+            "dimensions; none on biases, normalization layers and the activation's own "
+            "parameters unless decay_all."
+        ),
+    )
+    decay_all: bool = field(
+        default=False, metadata=meaning("weight_decay on every trained parameter.")
+    )
+
+
+@dataclass
+class ScheduleConfig:
+    name: Schedule = field(
+        default=Schedule.constant,
+        metadata=meaning("How the lr changes over the steps (the schedule= group sets it)."),
+    )
+    warmup: int = field(
+        default=0,
+        metadata=meaning("Steps over which the lr rises linearly to lr before the schedule."),
+    )
+    milestones: Any = field(
+        default_factory=list,
+        metadata=meaning("schedule=step: the steps at which the lr is multiplied by gamma."),
+    )
+    gamma: float = field(
+        default=0.1, metadata=meaning("schedule=step: the factor at each milestone.")
+    )
+
+
+@dataclass
 class Config:
     activation: ActivationConfig = field(default_factory=ActivationConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -256,7 +320,8 @@ class Config:
     dtype: Dtype = field(
         default=Dtype.float32, metadata=meaning("The weights' and the data's floating-point type.")
     )
-    optimizer: Optimizer = field(default=Optimizer.manual, metadata=meaning("The weight update."))
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     loss: Loss = field(
         default=Loss.auto,
         metadata=meaning("The objective."),
@@ -368,6 +433,7 @@ def validate(config: Config) -> None:
             "required with model=custom: the dotted path of a function returning an nn.Module",
         )
     _require(math.isfinite(config.lr) and config.lr > 0, "lr", config.lr, "must be finite and > 0")
+    validate_update(config)
     _require(config.steps >= 0, "steps", config.steps, "must be >= 0")
     _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")
     _require(config.print_every >= 1, "print_every", config.print_every, "must be >= 1")
@@ -379,6 +445,61 @@ def validate(config: Config) -> None:
         _require(config.threads <= MAX_INT32, "threads", config.threads, f"at most {MAX_INT32}")
     # torch.Generator.manual_seed takes what fits in 64 bits, signed or not.
     _require(-(2**63) <= config.seed < 2**64, "seed", config.seed, "must fit in 64 bits")
+
+
+def validate_update(config: Config) -> None:
+    """The optimizer's settings and the schedule, against what each takes."""
+    optimizer, schedule = config.optimizer, config.schedule
+    sgd = optimizer.name == Optimizer.sgd
+    _require(
+        0 <= optimizer.momentum < 1, "optimizer.momentum", optimizer.momentum, "must be in [0, 1)"
+    )
+    _require(
+        sgd or optimizer.momentum == 0,
+        "optimizer.momentum",
+        optimizer.momentum,
+        f"only sgd takes it (optimizer={optimizer.name.value}): "
+        "optimizer=sgd optimizer.momentum=0.9",
+    )
+    _require(
+        not optimizer.nesterov or (sgd and optimizer.momentum > 0),
+        "optimizer.nesterov",
+        True,
+        "needs optimizer=sgd with optimizer.momentum > 0",
+    )
+    _require(
+        math.isfinite(optimizer.weight_decay) and optimizer.weight_decay >= 0,
+        "optimizer.weight_decay",
+        optimizer.weight_decay,
+        "must be finite and >= 0",
+    )
+    _require(
+        optimizer.name != Optimizer.manual or optimizer.weight_decay == 0,
+        "optimizer.weight_decay",
+        optimizer.weight_decay,
+        "the article's manual update has none: optimizer=sgd or optimizer=adam takes it",
+    )
+    _require(
+        0 <= schedule.warmup < max(config.steps, 1),
+        "schedule.warmup",
+        schedule.warmup,
+        f"must be from 0 to steps - 1 ({config.steps - 1})",
+    )
+    _require(0 < schedule.gamma <= 1, "schedule.gamma", schedule.gamma, "must be in (0, 1]")
+    milestones = schedule.milestones
+    if schedule.name != Schedule.step:
+        _require(
+            not milestones,
+            "schedule.milestones",
+            milestones,
+            f"only schedule=step takes them (schedule={schedule.name.value})",
+        )
+    _require(
+        milestones == sorted(set(milestones)) and all(0 < m < config.steps for m in milestones),
+        "schedule.milestones",
+        milestones,
+        f"must be increasing steps between 1 and steps - 1 ({config.steps - 1})",
+    )
 
 
 def config_dict(config: Config) -> dict[str, Any]:

@@ -270,8 +270,25 @@ def test_the_same_seed_with_dropout_is_the_same_run(tmp_path):
     assert other_seed.final_loss != first.final_loss
 
 
-@pytest.mark.parametrize("optimizer", ["manual", "adam"])
-def test_any_model_resumes_bit_for_bit(tmp_path, optimizer, monkeypatch):
+@pytest.mark.parametrize(
+    "update",
+    [
+        ["optimizer=manual", "lr=0.05"],
+        ["optimizer=adam", "lr=1e-3"],
+        # 49: momentum and weight decay in the optimizer's state, the schedule from the step.
+        [
+            "optimizer=sgd",
+            "optimizer.momentum=0.9",
+            "optimizer.nesterov=true",
+            "optimizer.weight_decay=1e-3",
+            "schedule=cosine",
+            "schedule.warmup=10",
+            "lr=0.05",
+        ],
+    ],
+    ids=["manual", "adam", "sgd_recipe"],
+)
+def test_any_model_resumes_bit_for_bit(tmp_path, update, monkeypatch):
     """41: model state, optimizer state, data order and torch's generator (dropout draws from
     it) come back from the checkpoint."""
     overrides = [
@@ -279,8 +296,7 @@ def test_any_model_resumes_bit_for_bit(tmp_path, optimizer, monkeypatch):
         "model.target=tests.models.with_relus_and_dropout",
         "model.replace=torch.nn.ReLU",
         "data=digits",
-        f"optimizer={optimizer}",
-        "lr=1e-3" if optimizer == "adam" else "lr=0.05",
+        *update,
         "steps=60",
         "checkpoint_every=20",
         "log_every=1",

@@ -199,7 +199,7 @@ def test_a_row_counts_dead_units_zeros_and_norms():
     # post laid out column by column (an activation may return any strides).
     row.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T), (image, image)])
     with torch.no_grad():
-        update(row)
+        update(row, 0)
     stream.end_row(0, row)
     block = stream.flush()
     assert block.steps == [0] and block.sites == ["act1", "conv.act"]

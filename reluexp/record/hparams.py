@@ -39,5 +39,6 @@ def hparams(
         "steps": config.steps,
         "device": str(device),
         "dtype": config.dtype.value,
-        "optimizer": config.optimizer.value,
+        "optimizer": config.optimizer.name.value,
+        "schedule": config.schedule.name.value,
     }

@@ -14,6 +14,10 @@ from reluexp.config import ConfigError
 from reluexp.record.whole import write_whole
 from reluexp.run.rundir import CHECKPOINT_NAME
 
+# What a checkpoint's fields are: a checkpoint of another format is refused, not misread
+# (5: the optimizer a group of settings, its state in parameter groups).
+CHECKPOINT_FORMAT = 5
+
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
     """torch.save to a temp file, then rename: a reader sees the old checkpoint or the new one.
@@ -61,4 +65,10 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict) or not {"step", "model", "config"} <= payload.keys():
         raise ConfigError(f"resume={run_dir}: {CHECKPOINT_NAME} is not a reluexp checkpoint")
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(
+            f"resume={run_dir}: {CHECKPOINT_NAME} was written by another version of reluexp "
+            f"(format {payload.get('format', 1)!r}, this one reads {CHECKPOINT_FORMAT}); resume "
+            "it with that version"
+        )
     return payload

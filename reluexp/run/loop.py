@@ -115,7 +115,7 @@ def train_loop(training: Training) -> None:
                 stream.record_evaluation(
                     step, evaluation(val_loss, val_logits, data.y_val, logits, y)
                 )
-            state.update(row)
+            state.update(row, step)
             if row is not None:
                 stream.end_row(step, row)
         state.step += 1

@@ -139,7 +139,7 @@ class Outcome:
         """The lr's advice, in terms of the step the optimizer takes: where the largest step
         recorded, times the steps, moves the weights by under SMALL_MOVE of their norm, how
         far (and, for an optimizer with a usual lr range, that range); else ''."""
-        optimizer = config.optimizer
+        optimizer = config.optimizer.name
         if optimizer == Optimizer.adam:
             # Adam's step is about lr per weight whatever the gradient: lr x sqrt(n) in norm.
             step = config.lr * math.sqrt(parameters) / weight_norm(self.last_row)

@@ -11,14 +11,11 @@ import torch
 from torch import nn
 
 from reluexp.config import Config, ConfigError, config_dict
-from reluexp.run.checkpoint import save_checkpoint
+from reluexp.run.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from reluexp.run.data import Dataset, load_data
 from reluexp.run.model import Built, Capture, Site
 from reluexp.run.outcome import Outcome
 from reluexp.run.update import WeightUpdate
-
-# What a checkpoint's fields are: a checkpoint of another format is refused, not misread.
-CHECKPOINT_FORMAT = 4
 
 log = logging.getLogger("reluexp")
 
@@ -142,12 +139,6 @@ def check_checkpoint(
     def whole(value: Any, low: int, high: int) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
-    if checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise ConfigError(
-            f"{where}: checkpoint.pt was written by another version of reluexp (format "
-            f"{checkpoint.get('format', 1)!r}, this one reads {CHECKPOINT_FORMAT}); resume it "
-            "with that version"
-        )
     step = checkpoint.get("step")
     if not whole(step, 0, config.steps):
         refuse("step", f"is {step!r}: must be a whole number from 0 to {config.steps}")

@@ -1,12 +1,36 @@
 """How the parameters move each step, built in one place: the seed's `w -= lr * w.grad`, or a
-torch.optim optimizer."""
+torch.optim optimizer, at the schedule's lr for the step."""
 
 from typing import Any
 
 import torch
 
-from reluexp.config import Config, Optimizer
+from reluexp.config import Config, Optimizer, OptimizerConfig
 from reluexp.record.metrics import MetricRow, flat
+from reluexp.run.schedule import lr_factor
+
+
+def parameter_groups(
+    params: dict[str, torch.Tensor],
+    activation_params: list[torch.Tensor],
+    settings: OptimizerConfig,
+) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: weight decay on the weights (tensors of two or more
+    dimensions: linear and convolution weights), none on biases, normalization layers and the
+    activation's own parameters, as the usual recipes have it; on all with decay_all."""
+    own = {id(p) for p in activation_params}
+
+    def decayed(p: torch.Tensor) -> bool:
+        return settings.decay_all or (p.dim() >= 2 and id(p) not in own)
+
+    groups = [
+        {
+            "params": [p for p in params.values() if decayed(p)],
+            "weight_decay": settings.weight_decay,
+        },
+        {"params": [p for p in params.values() if not decayed(p)], "weight_decay": 0.0},
+    ]
+    return [group for group in groups if group["params"]]
 
 
 class WeightUpdate:
@@ -25,34 +49,43 @@ class WeightUpdate:
         self.flat_params = [flat(p) for p in self.params]
         # The activation Modules' own parameters: their values stream too.
         self.activation_params = activation_params
-        self.lr = config.lr
+        self.config = config
         # None: the seed's manual update, applied here.
         self.optimizer: torch.optim.Optimizer | None = None
-        if config.optimizer == Optimizer.sgd:
-            self.optimizer = torch.optim.SGD(self.params, lr=config.lr)
-        elif config.optimizer == Optimizer.adam:
-            self.optimizer = torch.optim.Adam(self.params, lr=config.lr)
+        settings = config.optimizer
+        if settings.name != Optimizer.manual:
+            groups = parameter_groups(params, activation_params, settings)
+            if settings.name == Optimizer.sgd:
+                self.optimizer = torch.optim.SGD(
+                    groups, lr=config.lr, momentum=settings.momentum, nesterov=settings.nesterov
+                )
+            else:
+                self.optimizer = torch.optim.Adam(groups, lr=config.lr)
 
-    def __call__(self, row: MetricRow | None) -> None:
+    def __call__(self, row: MetricRow | None, step: int) -> None:
+        """The update of training step `step` (its lr the schedule's)."""
+        lr = self.config.lr * lr_factor(self.config, step)
         if row is not None:
             row.record_grad_norms(self.params)
         if self.optimizer is None:
-            self.seed_update(self.params)
+            self.seed_update(self.params, lr)
         else:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
             self.optimizer.step()
             self.optimizer.zero_grad()
         if row is not None:
             row.record_weight_norms(self.flat_params)
             row.record_activation_params(self.activation_params)
 
-    def seed_update(self, tensors: list[torch.Tensor]) -> None:
+    def seed_update(self, tensors: list[torch.Tensor], lr: float) -> None:
         for w in tensors:
             if w.grad is None:  # a parameter the loss does not reach
                 continue
             # The seed's `w -= lr * w.grad`, with lr * w.grad computed in place in the
             # gradient, which is then dropped instead of zeroed: the same values, without a
             # temporary, a fill and an accumulate per weight.
-            w -= w.grad.mul_(self.lr)
+            w -= w.grad.mul_(lr)
             w.grad = None
 
     def state_dict(self) -> dict[str, Any]:

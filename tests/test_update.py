@@ -1,0 +1,130 @@
+"""The update of each step: the optimizer's settings and the schedule's lr, against torch's
+own schedulers and an update written by hand."""
+
+import copy
+
+import pytest
+import torch
+
+from reluexp.config import Config, ConfigError, validate
+from reluexp.run import runner
+from reluexp.run.schedule import lr_factor
+
+pytestmark = pytest.mark.compat
+
+
+def torch_lrs(scheduler_of, steps: int) -> list[float]:
+    """The lr torch's scheduler gives each step, stepped once a step after the update."""
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    scheduler = scheduler_of(optimizer)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return lrs
+
+
+@pytest.mark.parametrize(
+    ("schedule", "scheduler_of"),
+    [
+        (["schedule=cosine"], lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 40)),
+        (
+            ["schedule=step", "schedule.milestones=[10,25]", "schedule.gamma=0.5"],
+            lambda o: torch.optim.lr_scheduler.MultiStepLR(o, [10, 25], gamma=0.5),
+        ),
+        (["schedule=constant"], lambda o: torch.optim.lr_scheduler.ConstantLR(o, 1.0)),
+    ],
+)
+def test_the_schedule_is_torchs(composed, schedule, scheduler_of):
+    config = composed("lr=0.1", "steps=40", *schedule)
+    ours = [config.lr * lr_factor(config, step) for step in range(40)]
+    assert ours == pytest.approx(torch_lrs(scheduler_of, 40), rel=1e-12)
+
+
+def test_a_warmup_rises_to_the_lr_then_the_schedule_starts(composed):
+    config = composed("lr=0.1", "steps=14", "schedule=cosine", "schedule.warmup=4")
+    lrs = [config.lr * lr_factor(config, step) for step in range(14)]
+    assert lrs[:4] == pytest.approx([0.025, 0.05, 0.075, 0.1])
+    cosine = torch_lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10), 10)
+    assert lrs[4:] == pytest.approx(cosine, rel=1e-12)
+
+
+def test_the_sgd_recipe_is_the_update_written_by_hand(composed, tmp_path):
+    # Momentum, Nesterov's, weight decay on the weights only (not on the activation's own
+    # slopes), the step schedule: the run's weights against the same SGD written out.
+    steps, lr, momentum, decay = 6, 1e-5, 0.9, 0.1
+    config = composed(
+        "activation=prelu",
+        "model.hidden=[7]",
+        "model.init=scaled",
+        "optimizer=sgd",
+        f"optimizer.momentum={momentum}",
+        "optimizer.nesterov=true",
+        f"optimizer.weight_decay={decay}",
+        "schedule=step",
+        "schedule.milestones=[3]",
+        "schedule.gamma=0.5",
+        f"lr={lr}",
+        f"steps={steps}",
+    )
+    prepared = runner.prepare(config)
+    model = copy.deepcopy(prepared.built.model)
+    result = runner.run(config, tmp_path, prepared=prepared)
+    assert result.status == "completed"
+    x, y = prepared.data.x, prepared.data.y
+    params = dict(model.named_parameters())
+    velocity = {name: torch.zeros_like(p) for name, p in params.items()}
+    for step in range(steps):
+        loss = (model(x) - y).pow(2).sum()
+        loss.backward()
+        with torch.no_grad():
+            for name, p in params.items():
+                g = p.grad + (decay * p if name.startswith("w") else 0)
+                velocity[name] = momentum * velocity[name] + g if step else g.clone()
+                p -= lr * (0.5 if step >= 3 else 1.0) * (g + momentum * velocity[name])
+                p.grad = None
+    trained = dict(result.state.model.named_parameters())
+    assert set(trained) == set(params) == {"w1", "w2", "act1.weight"}
+    for name, p in params.items():
+        torch.testing.assert_close(trained[name], p, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["optimizer.momentum=0.9"],
+            "optimizer.momentum=0.9: only sgd takes it (optimizer=manual): optimizer=sgd "
+            "optimizer.momentum=0.9",
+        ),
+        (["optimizer=sgd", "optimizer.momentum=1.0"], "optimizer.momentum=1.0: must be in [0, 1)"),
+        (
+            ["optimizer=sgd", "optimizer.nesterov=true"],
+            "optimizer.nesterov=True: needs optimizer=sgd with optimizer.momentum > 0",
+        ),
+        (
+            ["optimizer.weight_decay=1e-4"],
+            "optimizer.weight_decay=0.0001: the article's manual update has none",
+        ),
+        (
+            ["schedule=cosine", "schedule.milestones=[10]"],
+            "schedule.milestones=[10]: only schedule=step takes them (schedule=cosine)",
+        ),
+        (
+            ["schedule=step", "schedule.milestones=[300,200]"],
+            "schedule.milestones=[300, 200]: must be increasing steps between 1 and steps - 1",
+        ),
+        (["schedule.warmup=500"], "schedule.warmup=500: must be from 0 to steps - 1 (499)"),
+        (["schedule=step", "schedule.gamma=2.0"], "schedule.gamma=2.0: must be in (0, 1]"),
+    ],
+)
+def test_an_update_setting_that_cannot_be_is_one_line(composed, overrides, message):
+    with pytest.raises(ConfigError) as raised:
+        validate(composed(*overrides))
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_an_optimizer_given_by_name_is_its_settings():
+    assert Config(optimizer="adam").optimizer.name.value == "adam"
+    assert Config(schedule="cosine").schedule.name.value == "cosine"
