@@ -134,11 +134,13 @@ class ActivationConfig:
 
 class DataName(str, Enum):
     """random: the article's regression on noise; digits: scikit-learn's bundled 8x8 digits;
-    file: the user's .npz or .pt (x, y, optionally x_val, y_val); callable: a function
-    returning them."""
+    cifar10, cifar100: CIFAR as its authors distribute it, from data.root; file: the user's
+    .npz or .pt (x, y, optionally x_val, y_val); callable: a function returning them."""
 
     random = "random"
     digits = "digits"
+    cifar10 = "cifar10"
+    cifar100 = "cifar100"
     file = "file"
     callable = "callable"
 
@@ -157,6 +159,13 @@ class DataConfig:
     )
     d_in: int = field(default=1000, metadata=meaning("The random data's input features."))
     d_out: int = field(default=10, metadata=meaning("The random data's output values."))
+    root: str | None = field(
+        default=None,
+        metadata=meaning(
+            "data=cifar10/cifar100: the folder holding the dataset's files, binary or python "
+            "version, as downloaded from https://www.cs.toronto.edu/~kriz/cifar.html."
+        ),
+    )
     path: str | None = field(
         default=None,
         metadata=meaning(
@@ -174,6 +183,14 @@ class DataConfig:
         default=None,
         metadata=meaning(
             "Examples per step, a new seeded order each epoch; null: the full batch every step."
+        ),
+    )
+    augment: bool = field(
+        default=False,
+        metadata=meaning(
+            "Images: the CIFAR papers' augmentation, a random crop of the image padded by 4 "
+            "pixels and a horizontal flip half of the time, each step's drawn from the seed "
+            "and the step."
         ),
     )
     val_fraction: float = field(
@@ -205,10 +222,13 @@ class Init(str, Enum):
 class ModelName(str, Enum):
     """mlp: the article's network of plain weight matrices (model.hidden: its hidden layers'
     widths); cnn: a small conv net for images such as the bundled digits (model.hidden: its
-    3x3 convolutions' channels); custom: your own (model.target, a factory of an nn.Module)."""
+    3x3 convolutions' channels); resnet: the CIFAR ResNet of He et al. 2016 (model.depth,
+    model.hidden: its stages' widths); custom: your own (model.target, a factory of an
+    nn.Module)."""
 
     mlp = "mlp"
     cnn = "cnn"
+    resnet = "resnet"
     custom = "custom"
 
 
@@ -231,6 +251,10 @@ class ModelConfig:
             "How the mlp's weights start (the cnn and a custom model start as their Modules "
             "initialize them, from the seed)."
         ),
+    )
+    depth: int = field(
+        default=20,
+        metadata=meaning("model=resnet: its layers, 6n + 2 (20, 32, 44, 56, 110)."),
     )
     bias: bool = field(
         default=False,
@@ -417,6 +441,12 @@ def validate(config: Config) -> None:
         _require(data.path is not None, "data.path", None, "required with data=file: a .npz or .pt")
     if data.name == DataName.callable:
         _require(data.loader is not None, "data.loader", None, "required: pkg.module.function")
+    _require(
+        not (data.augment and data.name == DataName.random),
+        "data.augment",
+        True,
+        "crops and flips images: data=random has none (data=cifar10, digits, or yours)",
+    )
     if data.batch_size is not None:
         _require(data.batch_size >= 1, "data.batch_size", data.batch_size, "must be >= 1 (or null)")
     _require(
@@ -425,6 +455,14 @@ def validate(config: Config) -> None:
     _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")
     for width in config.model.hidden:
         _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")
+    if config.model.name == ModelName.resnet:
+        depth = config.model.depth
+        _require(
+            depth >= 8 and (depth - 2) % 6 == 0,
+            "model.depth",
+            depth,
+            "must be 6n + 2 for n >= 1: 20, 32, 44, 56, 110 (He et al. 2016)",
+        )
     if config.model.name == ModelName.custom:
         _require(
             config.model.target is not None,
@@ -494,11 +532,12 @@ def validate_update(config: Config) -> None:
             milestones,
             f"only schedule=step takes them (schedule={schedule.name.value})",
         )
+    # Milestones past the last step are never reached: a shortened run of a preset still runs.
     _require(
-        milestones == sorted(set(milestones)) and all(0 < m < config.steps for m in milestones),
+        milestones == sorted(set(milestones)) and all(m > 0 for m in milestones),
         "schedule.milestones",
         milestones,
-        f"must be increasing steps between 1 and steps - 1 ({config.steps - 1})",
+        "must be increasing steps from 1 on",
     )
 
 

@@ -2,10 +2,12 @@
 runs, fake sweeps, and the one way events are read back."""
 
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -205,3 +207,35 @@ def descendants(pid: int) -> list:
     import psutil
 
     return psutil.Process(pid).children(recursive=True)
+
+
+def cifar_images(n: int, seed: int, classes: int) -> tuple[np.ndarray, list[int]]:
+    generator = np.random.default_rng(seed)
+    images = generator.integers(0, 256, size=(n, 3 * 32 * 32), dtype=np.uint8)
+    return images, generator.integers(0, classes, size=n).tolist()
+
+
+def write_cifar(root: Path, layout, binary: bool, per_batch: int = 40) -> None:
+    """A small directory in the authors' layout: the binary version's records, or the python
+    version's pickled dicts (as Python 2 wrote them: bytes keys)."""
+    root.mkdir(parents=True)
+    for seed, name in enumerate([*layout.train, layout.test]):
+        images, labels = cifar_images(per_batch, seed, layout.classes)
+        if binary:
+            label_bytes = np.array(labels, dtype=np.uint8).reshape(-1, 1)
+            if layout.label_bytes == 2:  # coarse label first, then the fine one
+                label_bytes = np.concatenate([label_bytes // 5, label_bytes], axis=1)
+            (root / f"{name}.bin").write_bytes(
+                np.concatenate([label_bytes, images], axis=1).tobytes()
+            )
+        else:
+            batch = {b"data": images, layout.label_key: labels, b"batch_label": name.encode()}
+            (root / name).write_bytes(pickle.dumps(batch, protocol=2))
+
+
+def write_readme_cifar(directory: Path, command: str) -> None:
+    """A small CIFAR-10 where a README command names `data.root=cifar-10-batches-bin`."""
+    if "data.root=cifar-10-batches-bin" in command:
+        from reluexp.run.cifar import CIFAR10
+
+        write_cifar(directory / "cifar-10-batches-bin", CIFAR10, binary=True, per_batch=64)

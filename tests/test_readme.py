@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from reluexp.sweeps.report.outputs import OPTIONAL_COLUMNS
-from tests.helpers import EXPERIMENTS, REPO_ROOT
+from tests.helpers import EXPERIMENTS, REPO_ROOT, write_readme_cifar
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +67,7 @@ def write_config_files(directory):
 @pytest.mark.parametrize("command", commands())
 def test_readme_command_works_as_written(tmp_path, command):
     write_config_files(tmp_path)
+    write_readme_cifar(tmp_path, command)
     worked_example = "my_relu.MyReLU" in command
     if worked_example:
         # The README's worked example: its Function, with the bug it plants.
@@ -129,12 +130,14 @@ def test_experiments_readme_commands_run_and_their_tables_are_the_reports(
     longer writes. Each command runs as written (with few steps), and its table has the
     report's columns, in the report's order, and its groups."""
     assert f"experiment={name}" in command
+    write_readme_cifar(tmp_path, command)
     result = subprocess.run(
         shrunk(command), cwd=tmp_path, capture_output=True, text=True, timeout=900
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    if table is None:  # Optuna's study: its result is the best trial, in the text
-        assert name == "lr_search"
+    if table is None:  # Optuna's study: its result is the best trial, in the text; the
+        # ResNet study has no run on this project's machines to table (its text says so)
+        assert name in ("lr_search", "cifar10_resnet20")
         return
     (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
     summary_md = (sweep_dir / "summary.md").read_text()

@@ -113,7 +113,7 @@ def test_the_sgd_recipe_is_the_update_written_by_hand(composed, tmp_path):
         ),
         (
             ["schedule=step", "schedule.milestones=[300,200]"],
-            "schedule.milestones=[300, 200]: must be increasing steps between 1 and steps - 1",
+            "schedule.milestones=[300, 200]: must be increasing steps from 1 on",
         ),
         (["schedule.warmup=500"], "schedule.warmup=500: must be from 0 to steps - 1 (499)"),
         (["schedule=step", "schedule.gamma=2.0"], "schedule.gamma=2.0: must be in (0, 1]"),

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from reluexp.config import Config, ConfigError, DataName
+from reluexp.run.cifar import CIFAR10, CIFAR100, read_cifar
 
 # More classes than this is a mistake in the labels, not a dataset (a label of 1e12 would ask
 # for a 400 TB output layer).
@@ -67,6 +68,9 @@ def read_data(config: Config) -> list[torch.Tensor] | None:
         return None
     if data.name == DataName.digits:
         arrays = digits()
+    elif data.name in (DataName.cifar10, DataName.cifar100):
+        layout = CIFAR10 if data.name == DataName.cifar10 else CIFAR100
+        arrays = read_cifar(data.root, layout)
     elif data.name == DataName.file:
         arrays = read_file(Path(data.path))
     else:
@@ -84,6 +88,11 @@ def read_data(config: Config) -> list[torch.Tensor] | None:
             )
     arrays = check_arrays(list(arrays), f"data={data.name.value}")
     check_split(arrays, config)
+    if data.augment and arrays[0].dim() != 4:
+        raise ConfigError(
+            f"data.augment=true: crops and flips images (N, C, H, W); data={data.name.value}'s "
+            f"inputs are {tuple(arrays[0].shape)}"
+        )
     return arrays
 
 

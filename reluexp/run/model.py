@@ -15,6 +15,7 @@ from torch import nn
 
 from reluexp.config import Config, ConfigError, ModelName
 from reluexp.functions.targets import ActivationFactory, import_object, is_module, raised_at
+from reluexp.run.resnet import ResNet
 
 # Examples the probe forward takes: enough for a batch dimension, cheap for any model.
 PROBE_EXAMPLES = 2
@@ -206,12 +207,15 @@ def construct(
     a user's factory's mistakes are ConfigErrors naming model.target."""
     input_shape, d_out = shapes
     model_config = config.model
-    if model_config.name == ModelName.cnn:
+    if model_config.name in (ModelName.cnn, ModelName.resnet):
         if len(input_shape) != 3:
             raise ConfigError(
-                f"model=cnn: takes images (channels, height, width); the data's examples are "
-                f"{tuple(input_shape)} (data=digits gives 8x8 images of one channel)"
+                f"model={model_config.name.value}: takes images (channels, height, width); the "
+                f"data's examples are {tuple(input_shape)} (data=digits gives 8x8 images of one "
+                "channel, data=cifar10 32x32 of three)"
             )
+        if model_config.name == ModelName.resnet:
+            return ResNet(input_shape, d_out, model_config.depth, model_config.hidden, activation)
         return CNN(input_shape, d_out, model_config.hidden, activation)
     path = model_config.target
     factory = import_object(path, "model.target")
