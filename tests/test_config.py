@@ -10,8 +10,9 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from reluexp import hydra_glue
-from reluexp.config import Config, ConfigError, Dtype, config_dict, key_meanings, validate
+from reluexp.config import Config, ConfigError, Dtype, config_dict, key_meanings
 from reluexp.functions.targets import resolve_activation
+from reluexp.validation import validate
 from tests.helpers import EXPERIMENTS, SHIPPED_ACTIVATIONS
 
 pytestmark = pytest.mark.compat

@@ -63,6 +63,7 @@ def test_the_package_is_made_of_sub_packages_that_name_its_parts():
         "hydra_glue.py",
         "preflight.py",
         "report.py",
+        "validation.py",
     ]
 
 
@@ -100,8 +101,8 @@ LAYERS_BELOW = {
     "reluexp.lab": HYDRA_FACING,
     "reluexp.sweeps": HYDRA_FACING,
 }
-# What every layer may import: the schema, and dependencies' non-public names.
-SHARED = {"reluexp", "reluexp.config", "reluexp._compat"}
+# What every layer may import: the schema and its checks, and dependencies' non-public names.
+SHARED = {"reluexp", "reluexp.config", "reluexp.validation", "reluexp._compat"}
 
 
 @pytest.mark.parametrize("layer", LAYERS_BELOW)

@@ -6,9 +6,10 @@ import copy
 import pytest
 import torch
 
-from reluexp.config import Config, ConfigError, validate
+from reluexp.config import Config, ConfigError
 from reluexp.run import runner
 from reluexp.run.schedule import lr_factor
+from reluexp.validation import validate
 
 pytestmark = pytest.mark.compat
 

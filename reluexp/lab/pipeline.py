@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, ConfigError, validate
+from reluexp.config import Config, ConfigError
 from reluexp.lab.calls import UserError, raised, users_code
 from reluexp.lab.cases import Kink, find_kinks
 from reluexp.lab.checks import (
@@ -39,6 +39,7 @@ from reluexp.lab.subject import Subject, build_subject
 from reluexp.lab.training import training_checks
 from reluexp.run.device import resolve_device
 from reluexp.run.process import job_environment
+from reluexp.validation import validate
 
 NO_REFERENCE = (
     "no reference: not compared with a built-in (whether it is the same function, its precision "

@@ -12,11 +12,7 @@ from typing import Any
 
 import torch
 
-from reluexp.config import (
-    Config,
-    config_dict,
-    validate,
-)
+from reluexp.config import Config, config_dict
 from reluexp.functions.targets import ActivationFactory, resolve_activation, surrogate_of
 from reluexp.record import summary as summaries
 from reluexp.record.events import EventWriter
@@ -36,6 +32,7 @@ from reluexp.run.resumes import ResumePlan, plan_resume
 from reluexp.run.rundir import DiskReserve, hold_run
 from reluexp.run.signals import StopSignals, slurm_job_id
 from reluexp.run.state import RunState, build_state, check_checkpoint, seeded_data
+from reluexp.validation import validate
 
 log = logging.getLogger("reluexp")
 # Lines for the run's reluexp.log only (conf/config.yaml): the closing line says them on stderr.

@@ -1,0 +1,147 @@
+"""The config's range checks: every value against what it may be, one ConfigError naming the
+key (the schema, in reluexp.config, says what each key is; these say what it may be)."""
+
+import math
+from typing import Any
+
+from reluexp.config import (
+    Config,
+    ConfigError,
+    DataName,
+    ModelName,
+    Optimizer,
+    Schedule,
+    normalize,
+)
+
+MAX_INT32 = 2**31 - 1
+
+
+def _require(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r}: {allowed}")
+
+
+def validate(config: Config) -> None:
+    """The config normalized, then the range checks the schema's types cannot express."""
+    normalize(config)
+    _require(
+        config.activation.target is not None,
+        "activation.target",
+        None,
+        "required: a dotted path such as pkg.module.Name",
+    )
+    domain = config.activation.domain
+    if domain is not None:
+        _require(
+            len(domain) == 2 and not math.isnan(domain[0]) and domain[0] < domain[1],
+            "activation.domain",
+            list(domain),
+            "expected [low, high] with low < high (inf for no bound)",
+        )
+    for key in ("n", "d_in", "d_out"):
+        value = getattr(config.data, key)
+        _require(value >= 1, f"data.{key}", value, "must be >= 1")
+    data = config.data
+    if data.name == DataName.file:
+        _require(data.path is not None, "data.path", None, "required with data=file: a .npz or .pt")
+    if data.name == DataName.callable:
+        _require(data.loader is not None, "data.loader", None, "required: pkg.module.function")
+    _require(
+        not (data.augment and data.name == DataName.random),
+        "data.augment",
+        True,
+        "crops and flips images: data=random has none (data=cifar10, digits, or yours)",
+    )
+    if data.batch_size is not None:
+        _require(data.batch_size >= 1, "data.batch_size", data.batch_size, "must be >= 1 (or null)")
+    _require(
+        0 < data.val_fraction < 1, "data.val_fraction", data.val_fraction, "must be between 0 and 1"
+    )
+    _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")
+    for width in config.model.hidden:
+        _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")
+    if config.model.name == ModelName.resnet:
+        depth = config.model.depth
+        _require(
+            depth >= 8 and (depth - 2) % 6 == 0,
+            "model.depth",
+            depth,
+            "must be 6n + 2 for n >= 1: 20, 32, 44, 56, 110 (He et al. 2016)",
+        )
+    if config.model.name == ModelName.custom:
+        _require(
+            config.model.target is not None,
+            "model.target",
+            None,
+            "required with model=custom: the dotted path of a function returning an nn.Module",
+        )
+    _require(math.isfinite(config.lr) and config.lr > 0, "lr", config.lr, "must be finite and > 0")
+    validate_update(config)
+    _require(config.steps >= 0, "steps", config.steps, "must be >= 0")
+    _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")
+    _require(config.print_every >= 1, "print_every", config.print_every, "must be >= 1")
+    _require(
+        config.checkpoint_every >= 0, "checkpoint_every", config.checkpoint_every, "must be >= 0"
+    )
+    if config.threads is not None:
+        _require(config.threads >= 1, "threads", config.threads, "must be >= 1 (or null)")
+        _require(config.threads <= MAX_INT32, "threads", config.threads, f"at most {MAX_INT32}")
+    # torch.Generator.manual_seed takes what fits in 64 bits, signed or not.
+    _require(-(2**63) <= config.seed < 2**64, "seed", config.seed, "must fit in 64 bits")
+
+
+def validate_update(config: Config) -> None:
+    """The optimizer's settings and the schedule, against what each takes."""
+    optimizer, schedule = config.optimizer, config.schedule
+    sgd = optimizer.name == Optimizer.sgd
+    _require(
+        0 <= optimizer.momentum < 1, "optimizer.momentum", optimizer.momentum, "must be in [0, 1)"
+    )
+    _require(
+        sgd or optimizer.momentum == 0,
+        "optimizer.momentum",
+        optimizer.momentum,
+        f"only sgd takes it (optimizer={optimizer.name.value}): "
+        "optimizer=sgd optimizer.momentum=0.9",
+    )
+    _require(
+        not optimizer.nesterov or (sgd and optimizer.momentum > 0),
+        "optimizer.nesterov",
+        True,
+        "needs optimizer=sgd with optimizer.momentum > 0",
+    )
+    _require(
+        math.isfinite(optimizer.weight_decay) and optimizer.weight_decay >= 0,
+        "optimizer.weight_decay",
+        optimizer.weight_decay,
+        "must be finite and >= 0",
+    )
+    _require(
+        optimizer.name != Optimizer.manual or optimizer.weight_decay == 0,
+        "optimizer.weight_decay",
+        optimizer.weight_decay,
+        "the article's manual update has none: optimizer=sgd or optimizer=adam takes it",
+    )
+    _require(
+        0 <= schedule.warmup < max(config.steps, 1),
+        "schedule.warmup",
+        schedule.warmup,
+        f"must be from 0 to steps - 1 ({config.steps - 1})",
+    )
+    _require(0 < schedule.gamma <= 1, "schedule.gamma", schedule.gamma, "must be in (0, 1]")
+    milestones = schedule.milestones
+    if schedule.name != Schedule.step:
+        _require(
+            not milestones,
+            "schedule.milestones",
+            milestones,
+            f"only schedule=step takes them (schedule={schedule.name.value})",
+        )
+    # Milestones past the last step are never reached: a shortened run of a preset still runs.
+    _require(
+        milestones == sorted(set(milestones)) and all(m > 0 for m in milestones),
+        "schedule.milestones",
+        milestones,
+        "must be increasing steps from 1 on",
+    )
