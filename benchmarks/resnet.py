@@ -54,8 +54,9 @@ def overrides(root: Path, device: str) -> list[str]:
 
 def by_hand(root: Path, steps: int, device: str) -> float:
     """The same training as a user writes it: torch's SGD with two parameter groups, a new
-    batch order each epoch, the augmentation, no metrics."""
-    x, y, _, _ = (t.to(device) for t in read_cifar(str(root), CIFAR10))
+    batch order each epoch, the augmentation, a validation pass (loss, accuracy) at the first
+    and the last step as reluexp's loop makes at this eval_every, no other metrics."""
+    x, y, x_val, y_val = (t.to(device) for t in read_cifar(str(root), CIFAR10))
     torch.manual_seed(0)
     net = ResNet((3, 32, 32), 10, 20, [16, 32, 64], nn.ReLU).to(device)
     weights = [p for p in net.parameters() if p.dim() >= 2]
@@ -75,6 +76,13 @@ def by_hand(root: Path, steps: int, device: str) -> float:
             chosen = order[(step % per_epoch) * BATCH : (step % per_epoch + 1) * BATCH]
             loss = nn.functional.cross_entropy(net(augmented(x[chosen], generator)), y[chosen])
             loss.backward()
+            if step in (0, steps - 1):
+                net.eval()
+                with torch.no_grad():
+                    logits = net(x_val)
+                    nn.functional.cross_entropy(logits, y_val)
+                    (logits.argmax(1) == y_val).double().mean()
+                net.train()
             optimizer.step()
             optimizer.zero_grad()
         loss.item()
