@@ -47,10 +47,13 @@ def mlp_overrides(depth: int, device: str) -> list[str]:
 CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu"]
 
 
-def mlp_by_hand(depth: int, steps: int, device: str) -> float:
+def mlp_by_hand(depth: int, steps: int, device: str, statistics: bool = False) -> float:
     """The article's loop with `depth` hidden layers: the same draws (x, y, then the weights
     scaled by sqrt(2 / fan_in)) on the CPU, moved to the device, MyReLU, the summed squared
-    error, w -= LR * w.grad."""
+    error, w -= LR * w.grad. With `statistics`, every step also computes what reluexp streams,
+    bare: a dot product per gradient and per weight, and per site its input's nonzeros and
+    its output's largest and smallest value per unit, kept until every 256 steps (no
+    bookkeeping: the floor of streaming every step)."""
     generator = torch.Generator("cpu").manual_seed(42)
     x = torch.randn(64, 1000, generator=generator).to(device)
     y = torch.randn(64, 10, generator=generator).to(device)
@@ -59,20 +62,33 @@ def mlp_by_hand(depth: int, steps: int, device: str) -> float:
     for fan_in, fan_out in zip(sizes, sizes[1:]):
         w = torch.randn(fan_in, fan_out, generator=generator) * (2 / fan_in) ** 0.5
         weights.append(w.to(device).requires_grad_())
+    flat = [w.detach().view(-1) for w in weights]
+    kept: list[torch.Tensor] = []
     with keep_freed_memory():
         start = time.perf_counter()
         for t in range(steps):
-            h = x
+            h, sites = x, []
             for w in weights[:-1]:
-                h = MyReLU.apply(h.mm(w))
+                pre = h.mm(w)
+                h = MyReLU.apply(pre)
+                if statistics:
+                    sites.append((pre.detach(), h.detach()))
             loss = (h.mm(weights[-1]) - y).pow(2).sum()
             if t % 100 == 99:
                 loss.item()
             loss.backward()
             with torch.no_grad():
+                if statistics:
+                    for pre, post in sites:
+                        kept += [torch.count_nonzero(pre), post.amax(0), post.amin(0)]
+                    kept += [torch.dot(g, g) for g in (w.grad.view(-1) for w in weights)]
                 for w in weights:
                     w -= LR * w.grad
                     w.grad = None
+                if statistics:
+                    kept += [torch.dot(v, v) for v in flat]
+            if len(kept) > 256 * 5 * len(weights):
+                kept.clear()
         loss.item()  # an accelerator's queued steps end here
         return (time.perf_counter() - start) / steps
 
@@ -97,10 +113,19 @@ def main() -> None:
     }
     cnn_overrides = [*CNN_OVERRIDES, f"device={device}"]
     models["digits CNN"] = (cnn_overrides, lambda: digits_by_hand("cnn", steps, device))
+    statistics_bare = {
+        f"MLP, {depth} hidden": lambda depth=depth: mlp_by_hand(depth, steps, device, True)
+        for depth in DEPTHS
+    }
     candidates = {}
     for name, (overrides, by_hand) in models.items():
         candidates |= {
             f"{name}: by hand": by_hand,
+            **(
+                {f"{name}: by hand, statistics bare": statistics_bare[name]}
+                if name in statistics_bare
+                else {}
+            ),
             f"{name}: nothing streamed": (
                 lambda overrides=overrides: reluexp_loop(overrides, steps, NOTHING_STREAMED)
             ),
@@ -120,16 +145,20 @@ def main() -> None:
         "in the same round.",
         "",
         "| model | by hand, µs/step | nothing streamed, µs/step | every step streamed, µs/step "
-        "| streamed / nothing streamed | streamed / by hand |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| streamed / nothing streamed | streamed / by hand | by hand with the statistics bare "
+        "/ by hand |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in models:
         by_hand = samples[f"{name}: by hand"]
         off = samples[f"{name}: nothing streamed"]
         on = samples[f"{name}: every step streamed"]
+        bare = samples.get(f"{name}: by hand, statistics bare")
+        floor = paired_ratio(bare, by_hand) if bare else "–"
         lines.append(
             f"| {name} | {summarize(by_hand, 1e6)} | {summarize(off, 1e6)} | "
-            f"{summarize(on, 1e6)} | {paired_ratio(on, off)} | {paired_ratio(on, by_hand)} |"
+            f"{summarize(on, 1e6)} | {paired_ratio(on, off)} | {paired_ratio(on, by_hand)} | "
+            f"{floor} |"
         )
     write_section("depth" if device == "cpu" else f"depth-{device}", "\n".join(lines))
     print("\n".join(lines))
