@@ -20,6 +20,15 @@ class Dtype(str, Enum):
     float64 = "float64"
 
 
+class Precision(str, Enum):
+    """fp32: every op in float32 (or dtype's float64); bf16: the forward and the loss under
+    torch.autocast to bfloat16 (CPU and CUDA), the weights, their gradients and every streamed
+    value float32."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
 class Optimizer(str, Enum):
     """manual: the seed's `w -= lr * w.grad`; sgd: torch.optim.SGD (it rounds differently);
     adam: torch.optim.Adam."""
@@ -342,6 +351,9 @@ class Config:
     )
     dtype: Dtype = field(
         default=Dtype.float32, metadata=meaning("The weights' and the data's floating-point type.")
+    )
+    precision: Precision = field(
+        default=Precision.fp32, metadata=meaning("Mixed precision of the forward and the loss.")
     )
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)

@@ -94,9 +94,13 @@ def test_a_missing_root_is_one_line_saying_where_to_get_it(composed, tmp_path):
     )
 
 
-def test_the_resnet_trains_on_cifar_and_resumes_bit_for_bit(composed, tmp_path, monkeypatch):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_resnet_trains_on_cifar_and_resumes_bit_for_bit(
+    composed, tmp_path, monkeypatch, precision
+):
     write_cifar(tmp_path / "cifar", CIFAR10, binary=True)
     overrides = [
+        f"precision={precision}",
         "model=resnet",
         "data=cifar10",
         f"data.root={tmp_path / 'cifar'}",
@@ -151,3 +155,27 @@ def test_the_augmentation_crops_a_padded_image_and_flips_it():
     batches = Batches(Dataset(x, torch.zeros(2)), None, seed=3, augment=True)
     assert torch.equal(batches.at(7)[0], batches.at(7)[0])
     assert not torch.equal(batches.at(7)[0], batches.at(8)[0])
+
+
+def test_mixed_precision_streams_float32_and_refuses_a_function_without_bfloat16(composed):
+    config = composed("model=cnn", "data=digits", "precision=bf16", "steps=3", "log_every=1")
+    result = runner.run(config)
+    assert result.status == "completed"
+    # The weights stay float32 (autocast's master weights), so do their gradients and norms.
+    assert {p.dtype for p in result.state.model.parameters()} == {torch.float32}
+    with pytest.raises(ConfigError) as refused:
+        runner.prepare(
+            composed(
+                "model=cnn",
+                "data=digits",
+                "precision=bf16",
+                "activation=custom",
+                "activation.target=tests.corpus.NumpyCube",
+            )
+        )
+    assert str(refused.value).startswith(
+        "precision=bf16: activation.target=tests.corpus.NumpyCube in model=cnn, under autocast, "
+        "raised TypeError: Got unsupported ScalarType BFloat16 ("
+    )
+    with pytest.raises(ConfigError, match="mixed precision keeps float32 weights: dtype=float32"):
+        runner.prepare(composed("precision=bf16", "dtype=float64"))

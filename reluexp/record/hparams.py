@@ -39,6 +39,7 @@ def hparams(
         "steps": config.steps,
         "device": str(device),
         "dtype": config.dtype.value,
+        "precision": config.precision.value,
         "optimizer": config.optimizer.name.value,
         "schedule": config.schedule.name.value,
     }

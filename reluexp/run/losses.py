@@ -2,10 +2,11 @@
 or cross-entropy for classification, chosen by the config or by what the data's targets are."""
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 
-from reluexp.config import Config, ConfigError, Loss
+from reluexp.config import Config, ConfigError, Loss, Precision
 from reluexp.run.data import Dataset
 
 Objective = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
@@ -39,9 +40,19 @@ def loss_kind(config: Config, data: Dataset) -> Loss:
     return kind
 
 
+def forward_precision(config: Config, device: torch.device) -> torch.autocast | nullcontext:
+    """Where the model's forward runs: in the weights' dtype, or under autocast to bfloat16
+    (precision=bf16: matrix products and convolutions in bfloat16, what autocast keeps in
+    float32 in float32; a custom Function gets its input as the op before it gave it)."""
+    if config.precision == Precision.bf16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
 def objective(config: Config, data: Dataset) -> Objective:
     """The loss the run trains on (loss_kind), as f(model, x, y) -> (loss, the logits for the
-    accuracy or None)."""
+    accuracy or None); under mixed precision the forward runs under autocast and the loss is
+    taken of its output in float32."""
     criterion = CRITERIA[loss_kind(config, data)]
     classifies = data.classes is not None
 
@@ -51,7 +62,9 @@ def objective(config: Config, data: Dataset) -> Objective:
         # The logits come back detached: the accuracy only reads them, and under compile=true
         # an output that requires grad gets a gradient in the compiled backward, zeros
         # materialized and added every step.
-        output = model(x)
+        with forward_precision(config, x.device):
+            output = model(x)
+        output = output.float() if config.precision != Precision.fp32 else output
         return criterion(output, y), output.detach() if classifies else None
 
     return loss_of

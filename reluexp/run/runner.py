@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, config_dict
-from reluexp.functions.targets import ActivationFactory, resolve_activation, surrogate_of
+from reluexp.config import Config, ConfigError, Precision, config_dict
+from reluexp.functions.targets import ActivationFactory, raised_at, resolve_activation, surrogate_of
 from reluexp.record import summary as summaries
 from reluexp.record.events import EventWriter
 from reluexp.record.hparams import hparams
@@ -25,7 +25,7 @@ from reluexp.record.tags import layout
 from reluexp.run.data import Dataset, data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
-from reluexp.run.losses import loss_kind
+from reluexp.run.losses import forward_precision, loss_kind
 from reluexp.run.model import PROBE_EXAMPLES, Built, build_model, draw_seed
 from reluexp.run.process import job_environment
 from reluexp.run.resumes import ResumePlan, plan_resume
@@ -103,7 +103,24 @@ def prepare(
     data, generator = seeded_data(config, arrays)
     built = build_model(config, (data.x[:PROBE_EXAMPLES], data.d_out), activation, generator)
     check_memory(config, device, sizes, built)
+    check_precision(config, built, data.x[:PROBE_EXAMPLES])
     return Prepared(device, data, built, draw_seed(generator))
+
+
+def check_precision(config: Config, built: Built, x: torch.Tensor) -> None:
+    """Under mixed precision, the probe's forward again under autocast (on the CPU, where the
+    model is built): an activation that cannot take the half dtype is one line naming it."""
+    if config.precision == Precision.fp32:
+        return
+    try:
+        with torch.no_grad(), forward_precision(config, x.device):
+            built.model(x)
+    except Exception as error:
+        raise ConfigError(
+            f"precision={config.precision.value}: activation.target={config.activation.target} "
+            f"in model={config.model.name.value}, under autocast, {raised_at(error)} (`python "
+            "-m reluexp.check` checks a Function in half precision and says why)"
+        ) from None
 
 
 def run(
