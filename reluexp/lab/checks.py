@@ -13,9 +13,9 @@ from reluexp.lab.calls import UserError, computed_in, forward_backward, users_co
 from reluexp.lab.cases import Edge, Kink, edge_cases, large_values, upstream
 from reluexp.lab.compare import compare
 from reluexp.lab.context import Check, Context, Learned, Learnt, Probe
+from reluexp.lab.differences import FD_MAX_ELEMENTS
 from reluexp.lab.findings import Finding, Status
 from reluexp.lab.judge import LOW_PRECISION, dtype_name
-from reluexp.lab.oracle import FD_MAX_ELEMENTS
 from reluexp.lab.subject import Subject
 
 
