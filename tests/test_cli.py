@@ -350,7 +350,7 @@ def test_console_script_is_the_module(tmp_path):
     module_help = run_cli("--help", cwd=tmp_path).stdout
     assert help_text == module_help
     assert "activation: builtin_leaky_relu, builtin_prelu, builtin_silu, custom" in help_text
-    assert "experiment: custom_vs_builtin, digits_custom_vs_builtin, lr_search" in help_text
+    assert "experiment: cifar10_resnet20, custom_vs_builtin, digits_custom_vs_builtin" in help_text
 
 
 def test_help_teaches_each_key_and_the_launchers_without_importing_torch(tmp_path):
