@@ -3,6 +3,7 @@ runs, fake sweeps, and the one way events are read back."""
 
 import json
 import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +240,24 @@ def write_readme_cifar(directory: Path, command: str) -> None:
         from reluexp.run.cifar import CIFAR10
 
         write_cifar(directory / "cifar-10-batches-bin", CIFAR10, binary=True, per_batch=64)
+
+
+def run_stopped_at(config, run_dir: Path, step: int, monkeypatch) -> None:
+    """runner.run of the config into run_dir, stopped as by SIGTERM right after its checkpoint
+    at `step`: it raises Interrupted there, and the directory resumes."""
+    from reluexp.run import loop, runner
+
+    checkpoint = loop.Training.checkpoint
+
+    def stop_after(training):
+        checkpoint(training)
+        if training.state.step == step:
+            training.stop.signum = signal.SIGTERM
+
+    class Stop:
+        signum = None
+
+    monkeypatch.setattr(loop.Training, "checkpoint", stop_after)
+    with pytest.raises(runner.Interrupted):
+        runner.run(config, run_dir, stop=Stop())
+    monkeypatch.undo()

@@ -2,19 +2,18 @@
 directories in both of its authors' versions; a crafted pickle refused without running."""
 
 import pickle
-import signal
 from pathlib import Path
 
 import pytest
 import torch
 
 from reluexp.config import ConfigError
-from reluexp.run import loop, runner
+from reluexp.run import runner
 from reluexp.run.batches import Batches, augmented
 from reluexp.run.cifar import CIFAR10, CIFAR100, read_cifar
 from reluexp.run.data import Dataset
 from reluexp.run.resnet import ResNet
-from tests.helpers import cifar_images, scalars, write_cifar
+from tests.helpers import cifar_images, run_stopped_at, scalars, write_cifar
 
 pytestmark = pytest.mark.compat
 
@@ -119,20 +118,7 @@ def test_the_resnet_trains_on_cifar_and_resumes_bit_for_bit(
     assert whole.status == "completed"
     sites = [tag for tag in scalars(tmp_path / "whole") if tag.endswith("/dead_fraction")]
     assert len(sites) == 19 + 1  # every activation of ResNet-20, and all together
-    real = loop.Training.checkpoint
-
-    def stop_at_4(training):
-        real(training)
-        if training.state.step == 4:
-            training.stop.signum = signal.SIGTERM
-
-    class Stop:
-        signum = None
-
-    monkeypatch.setattr(loop.Training, "checkpoint", stop_at_4)
-    with pytest.raises(runner.Interrupted):
-        runner.run(composed(*overrides), tmp_path / "split", stop=Stop())
-    monkeypatch.undo()
+    run_stopped_at(composed(*overrides), tmp_path / "split", 4, monkeypatch)
     resumed = runner.resume(tmp_path / "split")
     assert resumed.status == "completed" and resumed.final_loss == whole.final_loss
     tags = ["loss/train", "norm/grad_total", "loss/val"]

@@ -4,7 +4,6 @@ and a factory's mistakes."""
 
 import json
 import math
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from reluexp.lab import check_function
 from reluexp.record.events import read_events, read_scalars
 from reluexp.run import runner
 from reluexp.run.checkpoint import load_checkpoint
-from tests.helpers import REPO_ROOT, run_cli, summary
+from tests.helpers import REPO_ROOT, run_cli, run_stopped_at, summary
 
 CNN_DIGITS = ["model=cnn", "data=digits", "device=cpu"]
 
@@ -302,22 +301,7 @@ def test_any_model_resumes_bit_for_bit(tmp_path, update, monkeypatch):
         "log_every=1",
     ]
     whole = runner.run(composed(*overrides), tmp_path / "whole")
-    from reluexp.run import loop
-
-    real = loop.Training.checkpoint
-
-    def stop_at_40(training):
-        real(training)
-        if training.state.step == 40:
-            training.stop.signum = signal.SIGTERM
-
-    class Stop:
-        signum = None
-
-    monkeypatch.setattr(loop.Training, "checkpoint", stop_at_40)
-    with pytest.raises(runner.Interrupted):
-        runner.run(composed(*overrides), tmp_path / "split", stop=Stop())
-    monkeypatch.undo()
+    run_stopped_at(composed(*overrides), tmp_path / "split", 40, monkeypatch)
     resumed = runner.resume(
         tmp_path / "split", confirmed=["model.target=tests.models.with_relus_and_dropout"]
     )

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from reluexp.functions import MyReLU
 from reluexp.lab.cases import Kink
 from reluexp.lab.compare import compare
 from reluexp.lab.findings import Finding, Report, Status
@@ -129,18 +130,6 @@ def at_zero(x):
     return x == 0
 
 
-class ReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.clamp(min=0)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        return grad_output * (x > 0)
-
-
 RELU_KINK = Kink(0.0, 0.0, 1.0)
 STEP = Kink(0.0, 0.0, 1.0, step=True)
 
@@ -177,7 +166,7 @@ STEP = Kink(0.0, 0.0, 1.0, step=True)
         # position-dependent Function; at a non-finite input (a limit) it is not.
         (
             lambda: compared(
-                infinite_where(ReLU, at_zero), torch.tensor([0.0, 1.0]), kinks=[RELU_KINK]
+                infinite_where(MyReLU, at_zero), torch.tensor([0.0, 1.0]), kinks=[RELU_KINK]
             ),
             Status.WRONG,
         ),

@@ -2,7 +2,6 @@
 or cross-entropy for classification, chosen by the config or by what the data's targets are."""
 
 from collections.abc import Callable
-from contextlib import nullcontext
 
 import torch
 
@@ -40,13 +39,11 @@ def loss_kind(config: Config, data: Dataset) -> Loss:
     return kind
 
 
-def forward_precision(config: Config, device: torch.device) -> torch.autocast | nullcontext:
-    """Where the model's forward runs: in the weights' dtype, or under autocast to bfloat16
-    (precision=bf16: matrix products and convolutions in bfloat16, what autocast keeps in
-    float32 in float32; a custom Function gets its input as the op before it gave it)."""
-    if config.precision == Precision.bf16:
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return nullcontext()
+def forward_precision(config: Config, device: torch.device) -> torch.autocast:
+    """Where a mixed-precision run's forward runs: under autocast to bfloat16 (precision=bf16:
+    matrix products and convolutions in bfloat16, what autocast keeps in float32 in float32; a
+    custom Function gets its input as the op before it gave it)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def objective(config: Config, data: Dataset) -> Objective:
@@ -55,6 +52,7 @@ def objective(config: Config, data: Dataset) -> Objective:
     taken of its output in float32."""
     criterion = CRITERIA[loss_kind(config, data)]
     classifies = data.classes is not None
+    mixed = config.precision != Precision.fp32
 
     def loss_of(
         model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -62,9 +60,11 @@ def objective(config: Config, data: Dataset) -> Objective:
         # The logits come back detached: the accuracy only reads them, and under compile=true
         # an output that requires grad gets a gradient in the compiled backward, zeros
         # materialized and added every step.
-        with forward_precision(config, x.device):
+        if mixed:
+            with forward_precision(config, x.device):
+                output = model(x).float()
+        else:
             output = model(x)
-        output = output.float() if config.precision != Precision.fp32 else output
         return criterion(output, y), output.detach() if classifies else None
 
     return loss_of
