@@ -14,13 +14,15 @@ from reluexp.lab.cases import Edge, Kink, edge_cases, large_values, upstream
 from reluexp.lab.compare import compare
 from reluexp.lab.context import Check, Context, Learned, Learnt, Probe
 from reluexp.lab.differences import FD_MAX_ELEMENTS
-from reluexp.lab.findings import Finding, Status
+from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.judge import LOW_PRECISION, dtype_name
+from reluexp.lab.oracle import OracleKind
+from reluexp.lab.shape import Dependence
 from reluexp.lab.subject import Subject
 
 
 def compared(
-    group: str,
+    group: Group,
     name: str,
     context: Context,
     x: torch.Tensor,
@@ -42,7 +44,7 @@ def compared(
     x = lifted(x.detach()).requires_grad_(x.requires_grad)
     g, convention = lifted(g), None if convention is None else lifted(convention)
     kinks = list(context.kinks) if kinks is None else kinks
-    verdict = compare(context.subject, context.truth, x, g, kinks, convention)
+    verdict = compare(context.subject, context.oracle, x, g, kinks, convention)
     return Finding(group, name, verdict.status, verdict.detail, verdict.at)
 
 
@@ -52,7 +54,7 @@ def returns_checks(context: Context) -> list[Check]:
     a gradient for the input; a declared surrogate returns one value per input. What autograd
     does with another dtype is said (info), as is a forward that is random."""
     subject = context.subject
-    group = name = "returns"
+    group, name = Group.RETURNS, "returns"
 
     def check() -> Learnt:
         with users_code(subject):
@@ -161,7 +163,7 @@ def gradient_checks(context: Context) -> list[Check]:
     and every tensor input (not for a declared surrogate, which is not the forward's
     derivative), then every element of a (64, 100) input with a random upstream gradient
     (gradcheck's tolerance lets a slightly wrong constant through; this does not)."""
-    subject, oracle, group = context.subject, context.truth, "gradients"
+    subject, oracle, group = context.subject, context.oracle, Group.GRADIENTS
     x = context.sample((4, 5), torch.Generator().manual_seed(0)).requires_grad_()
 
     def first_order() -> Finding:
@@ -180,10 +182,10 @@ def gradient_checks(context: Context) -> list[Check]:
 
     name = "derivative (64, 100) every element"
     big = context.sample((64, 100), torch.Generator().manual_seed(3)).requires_grad_()
-    too_many = oracle.structure.kind == "general" and big.numel() > FD_MAX_ELEMENTS
+    too_many = oracle.structure.kind == Dependence.GENERAL and big.numel() > FD_MAX_ELEMENTS
 
     def every_element() -> Finding:
-        if oracle.kind == "finite differences" and too_many:
+        if oracle.kind == OracleKind.FINITE_DIFFERENCES and too_many:
             detail = (
                 "each output depends on inputs beyond its row: finite differences of every "
                 "input one at a time are not taken (gradcheck (4, 5) decides)"
@@ -202,7 +204,7 @@ def gradient_checks(context: Context) -> list[Check]:
 def double_backward_checks(context: Context) -> list[Check]:
     """gradgradcheck: is the backward itself differentiable, correctly? It matters only to a
     double backward (gradient penalties, Hessians): its own finding."""
-    subject, group, name = context.subject, "double backward", "gradgradcheck (4, 5)"
+    subject, group, name = context.subject, Group.DOUBLE_BACKWARD, "gradgradcheck (4, 5)"
     x = context.sample((4, 5), torch.Generator().manual_seed(0)).requires_grad_()
     computes_in = context.probe.float64_computed_in
 
@@ -250,16 +252,18 @@ def parity_checks(context: Context) -> list[Check]:
         name = f"parity {dtype_name(dtype)}"
         checks.append(
             Check(
-                "parity",
+                Group.PARITY,
                 name,
-                lambda name=name, x=x: compared("parity", name, context, x),
+                lambda name=name, x=x: compared(Group.PARITY, name, context, x),
                 Status.UNSUPPORTED if dtype in LOW_PRECISION else Status.WRONG,
             )
         )
     x = context.sample((2, 3, 50), generator).float().requires_grad_()
     name = "parity (2, 3, 50) float32"
     other_shape = Status.WRONG if context.structure.pointwise else Status.UNSUPPORTED
-    checks.append(Check("parity", name, lambda: compared("parity", name, context, x), other_shape))
+    checks.append(
+        Check(Group.PARITY, name, lambda: compared(Group.PARITY, name, context, x), other_shape)
+    )
     return checks
 
 
@@ -273,7 +277,7 @@ def kink_checks(context: Context) -> list[Check]:
             beside = 1e-3 * max(1.0, abs(kink.x))
             x = torch.tensor([kink.x, kink.x - beside, kink.x + beside], dtype=dtype)
             x.requires_grad_()
-            finding = compared("kinks", name, context, x, torch.ones_like(x), kinks=[kink])
+            finding = compared(Group.KINKS, name, context, x, torch.ones_like(x), kinks=[kink])
             if finding.status == Status.CONVENTION:
                 if kink.step:
                     finding.detail += (
@@ -289,7 +293,7 @@ def kink_checks(context: Context) -> list[Check]:
         return finding
 
     return [
-        Check("kinks", f"kink at x={kink.x:g}", lambda kink=kink: at(kink))
+        Check(Group.KINKS, f"kink at x={kink.x:g}", lambda kink=kink: at(kink))
         for kink in context.kinks
     ]
 
@@ -301,17 +305,17 @@ def edge_checks(context: Context) -> list[Check]:
     its backward there is a convention."""
 
     def convention(edge: Edge) -> torch.Tensor | None:
-        if context.structure.kind != "elementwise" or not edge.ones:
+        if context.structure.kind != Dependence.ELEMENTWISE or not edge.ones:
             return edge.convention
         zeros = edge.x.detach() == 0
         return zeros if edge.convention is None else edge.convention | zeros
 
     return [
         Check(
-            "edges",
+            Group.EDGES,
             edge.name,
             lambda edge=edge: compared(
-                "edges",
+                Group.EDGES,
                 edge.name,
                 context,
                 edge.x,
@@ -333,7 +337,7 @@ def range_checks(context: Context) -> list[Check]:
 
     def check(name: str, x: torch.Tensor) -> Finding:
         x = x.detach().requires_grad_()
-        finding = compared("large inputs", name, context, x, torch.ones_like(x))
+        finding = compared(Group.LARGE_INPUTS, name, context, x, torch.ones_like(x))
         if finding.status == Status.LARGE and finding.at is not None:
             if context.structure.pointwise:
                 finding.detail += overflow_note(context.subject, x, finding)
@@ -343,7 +347,7 @@ def range_checks(context: Context) -> list[Check]:
 
     return [
         Check(
-            "large inputs",
+            Group.LARGE_INPUTS,
             name,
             lambda name=name, x=x: check(name, x),
             Status.UNSUPPORTED if x.dtype in LOW_PRECISION else Status.WRONG,

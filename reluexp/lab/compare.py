@@ -51,7 +51,7 @@ def compare(
     params64 = [p.double() for p in subject.inputs(x64)]
     with users_code(subject):
         y64 = subject.forward(x64).double()
-        truth, replaced, uncertainty = oracle.truth(x64, g64, params64)
+        truth, replaced, uncertainty = oracle.true_gradients(x64, g64, params64)
     # Where rounding in x's dtype put the forward on the other side of the edge of a piece that
     # is exactly 0 (a sparsemax's support, a ReLU's kink moved by rounding), its backward takes
     # that piece's: a convention, through a row for a row's function.

@@ -10,7 +10,7 @@ import torch
 
 from reluexp.config import Config
 from reluexp.lab.cases import Kink, sample
-from reluexp.lab.findings import Finding, Status
+from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.oracle import Oracle
 from reluexp.lab.shape import Domain, Structure
 from reluexp.lab.subject import Subject
@@ -63,7 +63,7 @@ class Context:
     structure: Structure = Structure()
     domain: Domain = Domain()
     kinks: tuple[Kink, ...] = ()
-    oracle: Oracle | None = None
+    chosen_oracle: Oracle | None = None
     # The experiment's pre-activations (first step, and the float64 run's last).
     reached: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -74,9 +74,10 @@ class Context:
         return sample(shape, generator, list(self.kinks), spread, self.domain)
 
     @property
-    def truth(self) -> Oracle:
-        assert self.oracle is not None, "a check that needs the oracle runs after its stage"
-        return self.oracle
+    def oracle(self) -> Oracle:
+        """The oracle its stage chose: a check that needs it runs after that stage."""
+        assert self.chosen_oracle is not None, "a check that needs the oracle runs after its stage"
+        return self.chosen_oracle
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Learned:
     structure: Structure | None = None
     domain: Domain | None = None
     kinks: tuple[Kink, ...] | None = None
-    oracle: Oracle | None = None
+    chosen_oracle: Oracle | None = None
     reached: dict[str, torch.Tensor] | None = None
 
     def applied(self, context: Context) -> Context:
@@ -115,7 +116,7 @@ class Check:
     in half precision or on an empty tensor). A `needed` check's later stages cannot run
     without it: one that does not pass ends the check there."""
 
-    group: str
+    group: Group
     name: str
     run: Callable[[], Finding | Learnt]
     raise_means: Status = Status.WRONG

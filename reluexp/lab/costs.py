@@ -12,7 +12,7 @@ import torch
 from reluexp._compat import import_dynamo_outside_vmap
 from reluexp.lab.calls import UserError, forward_backward, raised, users_code
 from reluexp.lab.context import Check, Context, Learnt
-from reluexp.lab.findings import Finding, Status
+from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.subject import Subject, Tensors
 
 
@@ -28,8 +28,8 @@ def transform_checks(context: Context) -> list[Check]:
             if not torch.allclose(actual, expected, rtol=1.3e-6, atol=1e-5, equal_nan=True):
                 difference = (actual - expected).abs().max().item()
                 detail = f"runs, but differs from eager by up to {difference:.3g}"
-                return Finding("transforms", name, Status.INFO, detail)
-        return Finding("transforms", name, Status.PASS)
+                return Finding(Group.TRANSFORMS, name, Status.INFO, detail)
+        return Finding(Group.TRANSFORMS, name, Status.PASS)
 
     def vmapped() -> Finding:
         import_dynamo_outside_vmap()
@@ -50,9 +50,11 @@ def transform_checks(context: Context) -> list[Check]:
         y_eager, (grad_eager, *_), _ = forward_backward(subject, plain, x, torch.ones_like(x))
         return agreement("torch.compile fullgraph", [(y, y_eager), (grad, grad_eager)])
 
-    checks = [Check("transforms", "torch.func.vmap", vmapped, Status.UNSUPPORTED)]
+    checks = [Check(Group.TRANSFORMS, "torch.func.vmap", vmapped, Status.UNSUPPORTED)]
     if context.options.compile:
-        checks.append(Check("transforms", "torch.compile fullgraph", compiled, Status.UNSUPPORTED))
+        checks.append(
+            Check(Group.TRANSFORMS, "torch.compile fullgraph", compiled, Status.UNSUPPORTED)
+        )
     return checks
 
 
@@ -84,9 +86,9 @@ def memory_checks(context: Context) -> list[Check]:
                 f"; reference {total_ref:g}, {extra_ref:g} beyond the output ({verdict} the "
                 "reference)"
             )
-        return Finding("memory", name, Status.INFO, detail)
+        return Finding(Group.MEMORY, name, Status.INFO, detail)
 
-    return [Check("memory", name, check)]
+    return [Check(Group.MEMORY, name, check)]
 
 
 def step_time(fn: Tensors, subject: Subject, x: torch.Tensor, calls: int) -> float:
@@ -136,10 +138,10 @@ def cost_checks(context: Context, repetitions: int = 5) -> list[Check]:
                 report[label]["ratio"] = (
                     report[label]["function_us"] / report[label]["reference_us"]
                 )
-        finding = Finding("cost", name, Status.INFO, cost_text(report))
+        finding = Finding(Group.COST, name, Status.INFO, cost_text(report))
         return Learnt([finding], facts={"cost": report})
 
-    return [Check("cost", name, check, Status.UNSUPPORTED)]
+    return [Check(Group.COST, name, check, Status.UNSUPPORTED)]
 
 
 def cost_text(report: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from reluexp.lab.cases import Kink
-from reluexp.lab.shape import Structure
+from reluexp.lab.shape import Dependence, Structure
 from reluexp.lab.subject import Subject
 
 # Finite differences: a five-point stencil with steps of this size relative to the input
@@ -72,7 +72,7 @@ def vjp_by_differences(
     FD_MAX_ELEMENTS elements)."""
     if structure.elementwise:
         return grad_output * stencil(forward, x, h)
-    if structure.kind == "rows" and x.dim() in (1, 2):
+    if structure.kind == Dependence.ROWS and x.dim() in (1, 2):
         return rows_vjp(forward, x, grad_output, h, structure.dim, only)
     if x.numel() > FD_MAX_ELEMENTS:
         return None

@@ -2,7 +2,7 @@
 make (the terminal's summary, the verdict, `ok`)."""
 
 from dataclasses import asdict, dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 
@@ -37,6 +37,26 @@ LABELS = {
     Status.UNSUPPORTED: "unsupported",
     Status.PASS: "pass",
 }
+
+
+class Group(StrEnum):
+    """What a check is about: the report shows each group's findings together, in order."""
+
+    RETURNS = "returns"
+    ORACLE = "oracle"
+    GRADIENTS = "gradients"
+    DOUBLE_BACKWARD = "double backward"
+    PARITY = "parity"
+    KINKS = "kinks"
+    EDGES = "edges"
+    TRAINING = "training"
+    LARGE_INPUTS = "large inputs"
+    REFERENCE = "reference"
+    TRANSFORMS = "transforms"
+    MEMORY = "memory"
+    COST = "cost"
+
+
 # What makes a check fail (exit 1). An error of the lab fails too: nothing was verified.
 FAILING = frozenset({Status.WRONG, Status.LARGE, Status.DIFFERS, Status.ERROR})
 # What the terminal leaves to check.md (or to verbose=true's table).
@@ -69,7 +89,7 @@ class Finding:
     (a lab error keeps its traceback for check.md). Its repr is its line, as the terminal
     shows it (what a failing test's assertion prints)."""
 
-    group: str
+    group: Group
     check: str
     status: Status
     detail: str = ""

@@ -6,6 +6,7 @@ it (numpy inside, non-differentiable ops, a Module or function that hides its Fu
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ from reluexp.lab.differences import (
     resolved,
     steps_for,
 )
-from reluexp.lab.shape import Domain, Structure
+from reluexp.lab.shape import Dependence, Domain, Structure
 from reluexp.lab.subject import Subject, Tensors, tensor_slots, with_fixed_randomness, with_tensors
 
 
@@ -81,12 +82,20 @@ def surrogate_twin(subject: Subject) -> Tensors:
     return DeclaredSurrogate.apply
 
 
+class OracleKind(StrEnum):
+    """Where the truth of the backward comes from."""
+
+    AUTOGRAD = "autograd"
+    SURROGATE = "surrogate"
+    FINITE_DIFFERENCES = "finite differences"
+
+
 @dataclass
 class Oracle:
     """The float64 truth of the backward, and the same formula in a result's own dtype (its
     rounding), where there is one."""
 
-    kind: str  # autograd, surrogate, finite differences
+    kind: OracleKind
     expected_as: str  # how messages name its numbers
     reason: str  # why this oracle, for the report
     # The oracle as an activation for training (None: no twin to train beside).
@@ -99,14 +108,15 @@ class Oracle:
 
     @property
     def error(self) -> float:
-        return FD_ERROR if self.kind == "finite differences" else 0.0
+        return FD_ERROR if self.kind == OracleKind.FINITE_DIFFERENCES else 0.0
 
     @property
     def formula(self) -> str:
         """What the oracle computes in a result's own dtype, whose rounding a result may share."""
-        return {"autograd": "its forward's autograd derivative", "surrogate": "the surrogate"}.get(
-            self.kind, ""
-        )
+        return {
+            OracleKind.AUTOGRAD: "its forward's autograd derivative",
+            OracleKind.SURROGATE: "the surrogate",
+        }.get(self.kind, "")
 
     def forward(self, params: list[torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
         return lambda v: self.subject.call(v, *params)
@@ -116,10 +126,10 @@ class Oracle:
     ) -> list[torch.Tensor | None]:
         """The input's and the params' gradients for upstream grad_output in x's dtype, by
         this oracle's formula; None where it has none (finite differences below float64)."""
-        if self.kind == "surrogate":
+        if self.kind == OracleKind.SURROGATE:
             derivative = self.subject.surrogate(x.detach())
             return [grad_output * derivative.to(grad_output.dtype), *([None] * len(params))]
-        if self.kind == "autograd":
+        if self.kind == OracleKind.AUTOGRAD:
             leaves = [t.detach().requires_grad_() for t in (x, *params)]
             y = self.twin(*leaves)
             grads = torch.autograd.grad(y, leaves, grad_output.to(y.dtype), allow_unused=True)
@@ -139,7 +149,7 @@ class Oracle:
         grad = differences[0]
         return [grad, *finite_difference_params(self.subject, x.detach(), grad_output, params)]
 
-    def truth(
+    def true_gradients(
         self, x: torch.Tensor, grad_output: torch.Tensor, params: list[torch.Tensor]
     ) -> tuple[list[torch.Tensor | None], torch.Tensor, torch.Tensor]:
         """The float64 gradients at x, where autograd's were replaced, and how far the input's
@@ -153,12 +163,14 @@ class Oracle:
         differences' step in float64 rounding, and autograd stays the truth)."""
         replaced = torch.zeros_like(x, dtype=torch.bool)
         uncertainty = torch.zeros_like(x)
-        if self.kind == "surrogate" or (self.kind == "autograd" and not self.structure.elementwise):
+        if self.kind == OracleKind.SURROGATE or (
+            self.kind == OracleKind.AUTOGRAD and not self.structure.elementwise
+        ):
             return self.grads(x, grad_output, params), replaced, uncertainty
         differences = finite_differences(
             self.forward(params), x.detach(), grad_output, self.kinks, self.structure
         )
-        if self.kind == "finite differences":
+        if self.kind == OracleKind.FINITE_DIFFERENCES:
             if differences is None:
                 return [None] * (1 + len(params)), replaced, uncertainty
             by_differences, halved = differences
@@ -195,7 +207,7 @@ def rounding_of_differences(
         y = oracle.forward(params)(x).double()
     moved = 1.5 * torch.finfo(torch.float64).eps * (grad_output.abs() * y.abs()).nan_to_num()
     structure = oracle.structure
-    if structure.kind == "rows" and x.dim() > 0:
+    if structure.kind == Dependence.ROWS and x.dim() > 0:
         moved = moved.sum(dim=structure.dim % x.dim(), keepdim=True).expand_as(x)
     elif not structure.elementwise:
         moved = moved.sum().expand_as(x)
@@ -211,7 +223,7 @@ def choose_oracle(
     if subject.surrogate is not None:
         twin = surrogate_twin(subject) if not subject.params else None
         return Oracle(
-            "surrogate",
+            OracleKind.SURROGATE,
             "declared surrogate",
             "the backward is a declared surrogate, judged against it (not the forward's "
             "derivative)",
@@ -231,7 +243,7 @@ def choose_oracle(
         why = why_autograd_cannot(subject, twin, x)
         if why is None:
             return Oracle(
-                "autograd",
+                OracleKind.AUTOGRAD,
                 "derivative of the forward",
                 "the forward, differentiated by autograd in float64",
                 twin,
@@ -241,7 +253,7 @@ def choose_oracle(
                 domain,
             )
     return Oracle(
-        "finite differences",
+        OracleKind.FINITE_DIFFERENCES,
         fallback,
         f"finite differences of the forward in float64 ({why})",
         None,

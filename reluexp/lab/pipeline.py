@@ -31,7 +31,7 @@ from reluexp.lab.checks import (
 from reluexp.lab.context import FLOATS, Check, Context, Learned, Learnt, Options
 from reluexp.lab.costs import cost_checks, memory_checks, transform_checks
 from reluexp.lab.files import write_report
-from reluexp.lab.findings import Finding, Report, Status
+from reluexp.lab.findings import Finding, Group, Report, Status
 from reluexp.lab.oracle import Oracle, choose_oracle
 from reluexp.lab.reference import reference_checks
 from reluexp.lab.shape import Domain, domain_of, stated_domain, structure_of
@@ -79,10 +79,10 @@ def structure_checks(context: Context) -> list[Check]:
         if structure.pointwise:
             return Learnt([], Learned(structure=structure))
         described = structure.describe()
-        finding = Finding("oracle", "structure", Status.INFO, described)
+        finding = Finding(Group.ORACLE, "structure", Status.INFO, described)
         return Learnt([finding], Learned(structure=structure), notes=[f"info: {described}"])
 
-    return [Check("oracle", "structure", check, needed=True)]
+    return [Check(Group.ORACLE, "structure", check, needed=True)]
 
 
 def domain_checks(context: Context) -> list[Check]:
@@ -102,10 +102,10 @@ def domain_checks(context: Context) -> list[Check]:
             domain = Domain()
         if domain.whole:
             return Learnt([])
-        finding = Finding("oracle", "domain", Status.INFO, said)
+        finding = Finding(Group.ORACLE, "domain", Status.INFO, said)
         return Learnt([finding], Learned(domain=domain), notes=[f"info: {said}"])
 
-    return [Check("oracle", "domain", check, needed=True)]
+    return [Check(Group.ORACLE, "domain", check, needed=True)]
 
 
 def kink_search(context: Context) -> list[Check]:
@@ -115,14 +115,14 @@ def kink_search(context: Context) -> list[Check]:
     def kinks() -> Learnt:
         if not context.structure.pointwise:
             detail = "not looked for: the forward is not the same function at every element"
-            return Learnt([Finding("oracle", "kinks of the forward", Status.INFO, detail)])
+            return Learnt([Finding(Group.ORACLE, "kinks of the forward", Status.INFO, detail)])
         with users_code(subject):
             found = tuple(find_kinks(subject, context.domain))
         names = ", ".join(f"{k.x:g}" + (" (a step)" if k.step else "") for k in found)
-        finding = Finding("oracle", "kinks of the forward", Status.INFO, names or "none")
+        finding = Finding(Group.ORACLE, "kinks of the forward", Status.INFO, names or "none")
         return Learnt([finding], Learned(kinks=found))
 
-    return [Check("oracle", "kinks of the forward", kinks, needed=True)]
+    return [Check(Group.ORACLE, "kinks of the forward", kinks, needed=True)]
 
 
 def oracle_choice(context: Context) -> list[Check]:
@@ -135,10 +135,11 @@ def oracle_choice(context: Context) -> list[Check]:
                 context.subject, x, list(context.kinks), context.structure, context.domain
             )
         return Learnt(
-            [Finding("oracle", "oracle", Status.INFO, oracle.reason)], Learned(oracle=oracle)
+            [Finding(Group.ORACLE, "oracle", Status.INFO, oracle.reason)],
+            Learned(chosen_oracle=oracle),
         )
 
-    return [Check("oracle", "oracle", chosen, needed=True)]
+    return [Check(Group.ORACLE, "oracle", chosen, needed=True)]
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def run_checks(subject: Subject, experiment: Config, options: Options) -> Checke
             seconds[stage.name] = time.perf_counter() - start
     if subject.reference is None:
         report.notes.append(NO_REFERENCE)
-    oracle = context.truth
+    oracle = context.oracle
     report.facts["kinks"] = [asdict(k) for k in context.kinks]
     report.facts["oracle"] = {"kind": oracle.kind, "reason": oracle.reason}
     # The picture draws the Function on a line of inputs: only what holds at every element.

@@ -7,7 +7,7 @@ import torch
 from reluexp.lab.calls import forward_backward
 from reluexp.lab.cases import at_kinks, large_values
 from reluexp.lab.context import Check, Context
-from reluexp.lab.findings import Finding, Status
+from reluexp.lab.findings import Finding, Group, Status
 
 # A forward further from its reference than this many float32 units of the scale is another
 # function; within it, in float64, a built-in's own approximation (a float32 constant in its
@@ -37,7 +37,7 @@ def reference_checks(context: Context) -> list[Check]:
     imitates that built-in); within it, a difference is the size of a built-in's own
     approximations, said as information, as are differences of the two backwards (whether the
     Function's is right is (a)'s to say). At a kink or a non-finite input, only conventions."""
-    group, name = "reference", "same function as the reference (float64)"
+    group, name = Group.REFERENCE, "same function as the reference (float64)"
     subject, kinks, domain = context.subject, list(context.kinks), context.domain
     if subject.reference is None:
         return []

@@ -6,6 +6,7 @@ other by its whole vector-Jacobian product, on its domain."""
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 import torch
 
@@ -21,6 +22,15 @@ DOMAIN_POINTS = 20001
 DOMAIN_MARGIN = 0.05
 
 
+class Dependence(StrEnum):
+    """How an output depends on the inputs (Structure says each in full)."""
+
+    POINTWISE = "pointwise"
+    ELEMENTWISE = "elementwise"
+    ROWS = "rows"
+    GENERAL = "general"
+
+
 @dataclass(frozen=True)
 class Structure:
     """How the outputs depend on the inputs: `pointwise` (each on its own input, the same
@@ -28,24 +38,24 @@ class Structure:
     its own input, but the function depends on the position), `rows` (each output on the
     whole row of its input along `dim`: a softmax, an entmax), `general` (on all of them)."""
 
-    kind: str = "pointwise"
+    kind: Dependence = Dependence.POINTWISE
     dim: int | None = None
 
     @property
     def pointwise(self) -> bool:
-        return self.kind == "pointwise"
+        return self.kind == Dependence.POINTWISE
 
     @property
     def elementwise(self) -> bool:
-        return self.kind in ("pointwise", "elementwise")
+        return self.kind in (Dependence.POINTWISE, Dependence.ELEMENTWISE)
 
     def describe(self) -> str:
-        if self.kind == "elementwise":
+        if self.kind == Dependence.ELEMENTWISE:
             return (
                 "elementwise, but not the same function at every position (a unit's rule "
                 "depends on where it is): judged at the experiment's shape, no 1-D grids"
             )
-        if self.kind == "rows":
+        if self.kind == Dependence.ROWS:
             return (
                 f"not elementwise: each row of dim {self.dim} depends on the whole row; judged "
                 "by its vector-Jacobian product with random upstream gradients"
@@ -60,7 +70,7 @@ class Structure:
         dim, everything otherwise (a NaN in a softmax's row makes the whole row NaN)."""
         if self.elementwise or mask.dim() == 0:
             return mask
-        if self.kind == "rows":
+        if self.kind == Dependence.ROWS:
             return mask.any(dim=self.dim % mask.dim(), keepdim=True).expand_as(mask)
         return mask.any().expand_as(mask)
 
@@ -109,10 +119,10 @@ def structure_of(subject: Subject, samples: list[torch.Tensor]) -> Structure:
             same_column &= all(j == index[1] for _, j in others)
     if coupled:
         if same_row:
-            return Structure("rows", -1)
+            return Structure(Dependence.ROWS, -1)
         if same_column:
-            return Structure("rows", 0)
-        return Structure("general")
+            return Structure(Dependence.ROWS, 0)
+        return Structure(Dependence.GENERAL)
     generator = torch.Generator().manual_seed(0)
     for x in samples:
         y = subject.forward(x)
@@ -120,17 +130,17 @@ def structure_of(subject: Subject, samples: list[torch.Tensor]) -> Structure:
         column_order = torch.randperm(x.shape[1], generator=generator)
         shuffled = subject.forward(x[row_order][:, column_order])
         if differ(shuffled, y[row_order][:, column_order], SAME_FUNCTION).any():
-            return Structure("elementwise")
+            return Structure(Dependence.ELEMENTWISE)
         try:  # a forward that indexes rows and columns cannot take a flat input
             with users_code(subject):
                 flattened = subject.forward(x.flatten())
         except UserError:
-            return Structure("elementwise")
+            return Structure(Dependence.ELEMENTWISE)
         if flattened.shape != y.flatten().shape:
-            return Structure("elementwise")
+            return Structure(Dependence.ELEMENTWISE)
         if differ(flattened, y.flatten(), SAME_FUNCTION).any():
-            return Structure("elementwise")
-    return Structure("pointwise")
+            return Structure(Dependence.ELEMENTWISE)
+    return Structure(Dependence.POINTWISE)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ when params are given, its forward once on a small input (a ValueError there ref
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 import torch
@@ -124,12 +125,20 @@ def instance_of(module: object, params: dict[str, Any], path: str) -> torch.nn.M
     return copy.deepcopy(module)
 
 
+class TargetKind(StrEnum):
+    """What the user handed over, as messages name it."""
+
+    FUNCTION = "Function"
+    MODULE = "Module"
+    CALLABLE = "function"
+
+
 @dataclass
 class Subject:
     """The target, its surrogate and its reference as the checks call them."""
 
     name: str
-    kind: str  # Function, Module or function
+    kind: TargetKind
     call: Tensors  # f(x, *params), its backward recorded
     plain: Tensors  # the same, unrecorded: what vmap and compile are tried on
     params: dict[str, torch.Tensor]
@@ -205,11 +214,11 @@ def build_subject(
         probed_in_place(lambda x: plain(x, *named.values()), target_path, params)
     subject = Subject(
         name=getattr(obj, "__name__", target_path),
-        kind="Function"
+        kind=TargetKind.FUNCTION
         if is_function(obj)
-        else "Module"
+        else TargetKind.MODULE
         if is_module(obj) or instance
-        else "function",
+        else TargetKind.CALLABLE,
         call=call,
         plain=plain,
         params=named,

@@ -18,9 +18,9 @@ from reluexp.functions.targets import ActivationFactory, layers_of
 from reluexp.lab.calls import UserError, autograd_message, raised
 from reluexp.lab.cases import Kink
 from reluexp.lab.context import Check, Context, Learned, Learnt, Probe
-from reluexp.lab.findings import Finding, Status
-from reluexp.lab.oracle import Oracle
-from reluexp.lab.subject import Subject
+from reluexp.lab.findings import Finding, Group, Status
+from reluexp.lab.oracle import Oracle, OracleKind
+from reluexp.lab.subject import Subject, TargetKind
 from reluexp.run import runner
 from reluexp.run.model import Capture
 
@@ -150,7 +150,7 @@ def twin_layers(subject: Subject, oracle: Oracle) -> ActivationFactory | None:
     forward differentiated by finite differences, parameters included; else none."""
     if oracle.twin is not None:
         return layers_of(oracle.twin, f"{subject.name}'s twin", {})
-    if subject.kind == "Module" and oracle.structure.elementwise:
+    if subject.kind == TargetKind.MODULE and oracle.structure.elementwise:
         return lambda: DifferencedTwin(oracle, subject.make_activation())
     return None
 
@@ -170,7 +170,7 @@ def deciding_pair(
         why = "its forward is random" if probe.random else f"the oracle is {oracle.expected_as}"
         return (
             Finding(
-                "training",
+                Group.TRAINING,
                 name,
                 Status.INFO,
                 f"no twin to train beside ({why}): the gradient checks decide",
@@ -185,13 +185,13 @@ def deciding_pair(
         "twin_diverged_at": twin.diverged_at,
     }
     against = {
-        "surrogate": f"its {oracle.expected_as}",
-        "autograd": "its own forward differentiated by autograd",
+        OracleKind.SURROGATE: f"its {oracle.expected_as}",
+        OracleKind.AUTOGRAD: "its own forward differentiated by autograd",
     }.get(oracle.kind, "its own forward differentiated by finite differences")
     if function.diverged_at is not None and twin.diverged_at is None:
         return (
             Finding(
-                "training",
+                Group.TRAINING,
                 name,
                 Status.LARGE,
                 f"in float64 the loss is non-finite from step {function.diverged_at} while "
@@ -205,7 +205,7 @@ def deciding_pair(
         hint = f"; {gentler} trains it" if gentler else ""
         return (
             Finding(
-                "training",
+                Group.TRAINING,
                 name,
                 Status.INFO,
                 "both runs diverge: the experiment's settings are too large for this activation, "
@@ -231,7 +231,7 @@ def deciding_pair(
     ):
         return (
             Finding(
-                "training",
+                Group.TRAINING,
                 name,
                 Status.WRONG,
                 f"the float64 runs of {subject.name} and {against} part at step {first} by "
@@ -239,7 +239,7 @@ def deciding_pair(
                 f"{facts['max_relative_difference']:.3g} apart: in training its backward is not "
                 + (
                     "the declared surrogate"
-                    if oracle.kind == "surrogate"
+                    if oracle.kind == OracleKind.SURROGATE
                     else "its forward's derivative"
                 ),
             ),
@@ -287,7 +287,7 @@ def reference_pair(
         ), {}
     if subject.surrogate is not None and not reference_follows_surrogate(subject):
         return Finding(
-            "training",
+            Group.TRAINING,
             name,
             Status.INFO,
             f"in float32 it trains from {losses[0]:.4g} to {losses[-1]:.4g} in {len(losses)} "
@@ -296,7 +296,7 @@ def reference_pair(
     reference = train_side(config, subject.make_reference, "float32", steps)
     if function32.diverged_at is not None or reference.diverged_at is not None:
         return Finding(
-            "training",
+            Group.TRAINING,
             name,
             Status.INFO,
             f"in float32 the Function's loss is non-finite from step {function32.diverged_at}, "
@@ -314,7 +314,7 @@ def reference_pair(
         ), facts
     if zeros:
         return Finding(
-            "training",
+            Group.TRAINING,
             name,
             Status.CONVENTION,
             f"in float32 they part at step {first}, after {zeros} exact-zero pre-activation(s) at "
@@ -322,7 +322,7 @@ def reference_pair(
             f"relative difference {facts['max_relative_difference']:.3g})",
         ), facts
     return Finding(
-        "training",
+        Group.TRAINING,
         name,
         Status.INFO,
         f"in float32 they part at step {first} by "
@@ -346,7 +346,7 @@ def training_checks(context: Context) -> list[Check]:
         with runs_silenced():
             try:
                 deciding, twin_facts, function64 = deciding_pair(
-                    config, subject, context.truth, context.probe, context.kinks, twin_steps
+                    config, subject, context.oracle, context.probe, context.kinks, twin_steps
                 )
                 function32 = train_side(config, subject.make_activation, "float32", reference_steps)
                 informing, reference_facts = reference_pair(
@@ -354,14 +354,14 @@ def training_checks(context: Context) -> list[Check]:
                 )
             except UserError as error:
                 detail = autograd_message(str(error), subject.name)
-                failed = Finding("training", "training parity", Status.WRONG, detail)
+                failed = Finding(Group.TRAINING, "training parity", Status.WRONG, detail)
                 reached = preactivations(config, None)
                 return Learnt([failed], Learned(reached=reached), {"training": {"error": detail}})
         facts = {"float64 twin": twin_facts, "float32 reference": reference_facts}
         reached = preactivations(config, function64)
         return Learnt([deciding, informing], Learned(reached=reached), {"training": facts})
 
-    return [Check("training", "training parity", check)]
+    return [Check(Group.TRAINING, "training parity", check)]
 
 
 def preactivations(config: Config, last: Side | None) -> dict[str, torch.Tensor]:
