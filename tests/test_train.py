@@ -189,11 +189,12 @@ def test_a_row_counts_dead_units_zeros_and_norms():
     nan = math.nan
     post = torch.tensor([[0.0, 0.0, 0.0, -0.0, 1.0], [0.0, -0.1, 2.0, 0.0, nan]])
     pre = torch.tensor([[0.0, -5.0, -1.0, -0.0, 1.0], [-3.0, -1.0, 2.0, -2.0, nan]])
-    # A second site, of images: units (channel, height, width), one of them 0 throughout.
-    image = torch.tensor([[[[1.0, -2.0]], [[0.0, 0.0]]], [[[3.0, 0.5]], [[0.0, 0.0]]]])
+    # A second site, of images (N, C, H, W): a unit is a channel, the second 0 throughout, the
+    # first alive though one of its positions is 0 in every example.
+    image = torch.tensor([[[[1.0, 0.0]], [[0.0, 0.0]]], [[[-3.0, 0.0]], [[0.0, 0.0]]]])
     w1, w2 = torch.ones(29, 7, requires_grad=True), torch.ones(5, 1, requires_grad=True)
     w1.grad, w2.grad = torch.full((29, 7), 2.0), torch.zeros(5, 1)
-    stream = MetricStream(["w1", "w2"], [("act1", 5), ("conv.act", 4)], {})
+    stream = MetricStream(["w1", "w2"], [("act1", 5), ("conv.act", 2)], {})
     update = WeightUpdate(Config(lr=0.25), {"w1": w1, "w2": w2}, [])
     row = stream.new_row()
     # post laid out column by column (an activation may return any strides).
@@ -203,14 +204,14 @@ def test_a_row_counts_dead_units_zeros_and_norms():
     stream.end_row(0, row)
     block = stream.flush()
     assert block.steps == [0] and block.sites == ["act1", "conv.act"]
-    assert block.live_units == [[3, 2]]
+    assert block.live_units == [[3, 1]]
     row = dict(zip(streamed(["w1", "w2"], ["act1", "conv.act"]), block.rows[0]))
     assert row["loss/train"] == 1.5
     assert row["units/act1/dead_fraction"] == 0.4 and row["units/act1/exact_zeros"] == 2
     assert math.isnan(row["units/act1/output_max"])  # what a diverging run's NaN shows
-    assert row["units/conv.act/dead_fraction"] == 0.5 and row["units/conv.act/exact_zeros"] == 4
-    assert (row["units/conv.act/output_max"], row["units/conv.act/output_min"]) == (3.0, -2.0)
-    assert row["units/dead_fraction"] == 1 - 5 / 9 and row["units/exact_zeros"] == 6
+    assert row["units/conv.act/dead_fraction"] == 0.5 and row["units/conv.act/exact_zeros"] == 6
+    assert (row["units/conv.act/output_max"], row["units/conv.act/output_min"]) == (1.0, -3.0)
+    assert row["units/dead_fraction"] == 1 - 4 / 7 and row["units/exact_zeros"] == 8
     # Squares summed in float32: exact here.
     assert row["norm/grad_w1"] == math.sqrt(4 * 203)
     assert row["norm/grad_total"] == math.sqrt(4 * 203)

@@ -24,6 +24,21 @@ def flat(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
 
 
+def unit_dims(dim: int) -> tuple[int, ...]:
+    """The dimensions of an activation's output (N, ...) that are not its units: the batch, and
+    for images (N, C, H, W) and volumes (N, C, D, H, W) the positions too: there a unit is a
+    channel, as convolutions and batch norms count them (a position is not a unit of its own:
+    a padded border's zeros would count as dead ones)."""
+    return (0, *range(2, dim)) if dim in (4, 5) else (0,)
+
+
+def units_of(post: torch.Tensor) -> int:
+    """An activation output's units per example (unit_dims)."""
+    if post.dim() == 0:
+        return 1
+    return math.prod(post.shape[d] for d in range(post.dim()) if d not in unit_dims(post.dim()))
+
+
 def squared_norm(vector: torch.Tensor) -> torch.Tensor:
     """||vector||^2 (a `flat` tensor), as squared_norms takes it."""
     return squared_norms([vector])[0]
@@ -125,7 +140,7 @@ class MetricRow:
     # Each site's count of nonzero inputs, in the layout's grouped order.
     nonzero: list[torch.Tensor] = field(default_factory=list)
     # Per group of sites of one shape, each unit's largest and smallest output over the batch
-    # ((units...) for a lone site, (sites, units...) for several).
+    # ((units...) for a lone site, (sites, units...) for several; a channel is one unit).
     unit_max: list[torch.Tensor] = field(default_factory=list)
     unit_min: list[torch.Tensor] = field(default_factory=list)
     # The stream's layout of the sites (None before its first row), or this row's own where
@@ -135,8 +150,9 @@ class MetricRow:
     def record_activations(self, loss: torch.Tensor, calls: list) -> None:
         """The loss, and each activation call's (input, output), in its sites' order: each
         site's count of nonzero inputs (one full count a site: faster than any count along a
-        dimension), and per group of sites of one shape each unit's extremes over the batch,
-        two reductions of the stacked outputs for the group."""
+        dimension), and per group of sites of one shape each unit's extremes over the batch
+        (and, for a channel, its positions: unit_dims), two reductions of the stacked outputs
+        for the group."""
         self.loss = loss.detach()
         if self.layout is None or self.layout.shapes != shapes_of(calls):
             self.layout = SiteLayout(calls)
@@ -144,12 +160,12 @@ class MetricRow:
         for sites in layout.groups:
             if len(sites) == 1:
                 post = calls[sites[0]][1]
-                self.unit_max.append(post.amax(dim=0))
-                self.unit_min.append(post.amin(dim=0))
+                dims = unit_dims(post.dim())
             else:
                 post = torch.stack([calls[site][1] for site in sites])  # (sites, batch, ...)
-                self.unit_max.append(post.amax(dim=1))
-                self.unit_min.append(post.amin(dim=1))
+                dims = tuple(d + 1 for d in unit_dims(post.dim() - 1))
+            self.unit_max.append(post.amax(dim=dims))
+            self.unit_min.append(post.amin(dim=dims))
         self.nonzero = [torch.count_nonzero(calls[site][0]) for site in layout.grouped]
         return layout
 

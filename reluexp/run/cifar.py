@@ -96,7 +96,7 @@ def python_batch(path: Path, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
 
 
 def binary_batch(path: Path, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
-    raw = np.frombuffer(path.read_bytes(), dtype=np.uint8)
+    raw = np.fromfile(path, dtype=np.uint8)
     record = layout.label_bytes + PIXELS
     if raw.size == 0 or raw.size % record:
         raise ConfigError(

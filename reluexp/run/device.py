@@ -75,7 +75,7 @@ def check_memory(
     elif built is not None:
         shown += f", the model's {sum(p.numel() for p in built.model.parameters())} parameters"
         parameters = sum(p.numel() for p in built.model.parameters())
-        activations = batch * (sum(site.units for site in built.sites) + d_out)
+        activations = batch * (sum(site.elements for site in built.sites) + d_out)
     else:
         parameters = activations = 0
     elements += 4 * parameters + 3 * activations

@@ -15,6 +15,7 @@ from torch import nn
 
 from reluexp.config import Config, ConfigError, ModelName
 from reluexp.functions.targets import ActivationFactory, import_object, is_module, raised_at
+from reluexp.record.metrics import units_of
 from reluexp.run.resnet import ResNet
 
 # Examples the probe forward takes: enough for a batch dimension, cheap for any model.
@@ -117,10 +118,12 @@ def seeded(generator: torch.Generator) -> Iterator[None]:
 @dataclass(frozen=True)
 class Site:
     """One place where the activation runs in a forward: an activation Module's call (a Module
-    called twice is two sites: `act`, `act#2`) and the units it gives each example."""
+    called twice is two sites: `act`, `act#2`), the units it gives each example (a channel of
+    an image is one: metrics.unit_dims) and the elements of its output per example."""
 
     name: str
     units: int
+    elements: int
 
 
 class Capture:
@@ -337,5 +340,5 @@ def probe(model: nn.Module, x: torch.Tensor, d_out: int, capture: Capture, what:
         name = names[id(module)]
         seen[name] = seen.get(name, 0) + 1
         shown = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        sites.append(Site(shown, post[0].numel() if post.dim() else 1))
+        sites.append(Site(shown, units_of(post), post[0].numel() if post.dim() else 1))
     return sites
