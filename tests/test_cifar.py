@@ -11,7 +11,7 @@ from reluexp.config import ConfigError
 from reluexp.run import runner
 from reluexp.run.batches import Batches, augmented
 from reluexp.run.cifar import CIFAR10, CIFAR100, read_cifar
-from reluexp.run.data import Dataset
+from reluexp.run.data import Dataset, dataset
 from reluexp.run.resnet import ResNet
 from tests.helpers import cifar_images, run_stopped_at, scalars, write_cifar
 
@@ -43,18 +43,25 @@ def test_both_versions_read_as_the_same_images(tmp_path, layout):
     x, y, x_val, y_val = from_binary
     assert x.shape == (40 * len(layout.train), 3, 32, 32) and x_val.shape == (40, 3, 32, 32)
 
-    # Each record's pixels channel-major (R, G, B planes of 32x32), normalized per channel by
-    # the training images' mean and standard deviation; the labels as written.
+    # Each record's pixels channel-major (R, G, B planes of 32x32), kept as uint8; the labels as
+    # written. A run's model sees them normalized per channel by the training images' mean and
+    # standard deviation, a batch at a time.
     def images_of(seeds):
         rows = [torch.from_numpy(cifar_images(40, seed, layout.classes)[0]) for seed in seeds]
-        return torch.cat(rows).reshape(-1, 3, 32, 32).float() / 255
+        return torch.cat(rows).reshape(-1, 3, 32, 32)
 
     train, test = images_of(range(len(layout.train))), images_of([len(layout.train)])
-    mean = train.mean(dim=(0, 2, 3), keepdim=True)
-    std = train.std(dim=(0, 2, 3), keepdim=True)
-    torch.testing.assert_close(x, (train - mean) / std)
-    torch.testing.assert_close(x_val, (test - mean) / std)
+    assert x.dtype == torch.uint8 and torch.equal(x, train) and torch.equal(x_val, test)
     assert y_val.tolist() == cifar_images(40, len(layout.train), layout.classes)[1]
+    data = dataset(list(from_binary), 0.1, torch.Generator()).to(torch.device("cpu"), torch.float64)
+    assert data.x.dtype == torch.uint8
+    scaled = train.double() / 255
+    mean = scaled.mean(dim=(0, 2, 3), keepdim=True)
+    std = scaled.std(dim=(0, 2, 3), keepdim=True)
+    # The statistics are float32's (as the run's float32 data would be normalized).
+    close = {"rtol": 1e-6, "atol": 1e-6}
+    torch.testing.assert_close(data.inputs(data.x[:7]), (scaled[:7] - mean) / std, **close)
+    torch.testing.assert_close(data.inputs(data.x_val), (test.double() / 255 - mean) / std, **close)
 
 
 class Touches:

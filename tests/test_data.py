@@ -110,6 +110,31 @@ def test_a_file_of_ones_own_classification_and_regression(tmp_path, suffix):
             assert state["val_loss"] < state["min_loss"] * 50
 
 
+def test_uint8_images_stay_pixels_and_the_model_sees_them_normalized(tmp_path):
+    generator = numpy.random.default_rng(0)
+    # Two channels of different brightness and spread; 60 examples, 12 held out.
+    x = numpy.stack(
+        [generator.integers(0, 60, (60, 4, 4)), generator.integers(100, 255, (60, 4, 4))], 1
+    )
+    path = tmp_path / "pixels.npz"
+    numpy.savez(path, x=x.astype(numpy.uint8), y=numpy.arange(60) % 3)
+    config = task_config(compose_config(["data=file", f"data.path={path}", "model=cnn"]))
+    config.device = "cpu"
+    data = runner.prepare(config).data
+    assert data.x.dtype == data.x_val.dtype == torch.uint8 and data.x.shape == (48, 2, 4, 4)
+    seen = data.inputs(data.x)
+    assert seen.dtype == torch.float32
+    # Each channel of the training split: mean 0, standard deviation 1.
+    torch.testing.assert_close(seen.mean(dim=(0, 2, 3)), torch.zeros(2), atol=1e-5, rtol=0)
+    torch.testing.assert_close(seen.std(dim=(0, 2, 3)), torch.ones(2), atol=1e-5, rtol=0)
+    scaled = data.x_val.double() / 255
+    train = data.x.double() / 255
+    expected = (scaled - train.mean(dim=(0, 2, 3), keepdim=True)) / train.std(
+        dim=(0, 2, 3), keepdim=True
+    )
+    torch.testing.assert_close(data.inputs(data.x_val).double(), expected, atol=1e-5, rtol=0)
+
+
 def test_regression_on_ones_own_data_has_a_mean_loss_that_learns(tmp_path):
     """33.5: the README's regression file at the defaults (the summed loss, lr=1e-6) ends worse
     than predicting 0; loss=mean_squared_error, F.mse_loss, learns it."""

@@ -371,7 +371,7 @@ def preactivations(config: Config, last: Side | None) -> dict[str, torch.Tensor]
     first = copy.deepcopy(config)
     first.dtype = Dtype.float64
     prepared = runner.prepare(first, activation=layers_of(torch.relu, "torch.relu", {}))
-    x = prepared.data.x.double()
+    x = prepared.data.inputs(prepared.data.x).double()
     found = {
         "first step": first_site_inputs(prepared.built.model.double(), prepared.built.capture, x)
     }

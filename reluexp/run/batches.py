@@ -34,13 +34,14 @@ class Batches:
     seed and the step only, so a resumed run sees the batches it would have seen."""
 
     def __init__(self, data: Dataset, batch_size: int | None, seed: int, augment: bool = False):
-        self.x, self.y, self.seed, self.augment = data.x, data.y, seed, augment
+        self.data, self.x, self.y, self.seed, self.augment = data, data.x, data.y, seed, augment
         self.size = len(data.x) if batch_size is None else min(batch_size, len(data.x))
         self.per_epoch = len(data.x) // self.size
         self.epoch, self.order = -1, torch.empty(0)
 
     def at(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = self.chosen(step)
+        x = self.data.inputs(x)
         if not self.augment:
             return x, y
         generator = torch.Generator().manual_seed((self.seed * 1_000_033 + step) % 2**63)

@@ -120,8 +120,8 @@ def files(root: Path, layout: Layout) -> tuple[list[Path], Path, bool] | None:
 
 
 def read_cifar(root: str | None, layout: Layout) -> tuple[torch.Tensor, ...]:
-    """x, y, x_val, y_val: the training images (N, 3, 32, 32) normalized per channel by the
-    training set's mean and standard deviation, their labels, and the test split likewise."""
+    """x, y, x_val, y_val: the training images (N, 3, 32, 32) as their uint8 pixels (a run
+    normalizes them per channel: data.Dataset), their labels, and the test split likewise."""
     key = f"data={layout.name.lower().replace('-', '')}"
     if root is None:
         raise ConfigError(f"{key}: needs data.root, the folder holding its files ({WHERE})")
@@ -142,13 +142,9 @@ def read_cifar(root: str | None, layout: Layout) -> tuple[torch.Tensor, ...]:
     for name, values in (("training", labels), ("test", test_labels)):
         if values.min() < 0 or values.max() >= layout.classes:
             raise ConfigError(f"data.root={root}: {name} labels outside 0..{layout.classes - 1}")
-    x = torch.from_numpy(images).reshape(-1, *IMAGE).float() / 255
-    x_val = torch.from_numpy(test_images).reshape(-1, *IMAGE).float() / 255
-    mean = x.mean(dim=(0, 2, 3), keepdim=True)
-    std = x.std(dim=(0, 2, 3), keepdim=True).clamp(min=1e-6)
     return (
-        (x - mean) / std,
+        torch.from_numpy(images).reshape(-1, *IMAGE),
         torch.from_numpy(labels),
-        (x_val - mean) / std,
+        torch.from_numpy(test_images).reshape(-1, *IMAGE),
         torch.from_numpy(test_labels),
     )

@@ -20,7 +20,8 @@ MAX_CLASSES = 100_000
 class Dataset:
     """Training inputs (N, ...): (N, D) features, or (N, C, H, W) images; targets: class
     indices (N,) for classification, values (N, D_out) for regression; a validation split,
-    when there is one."""
+    when there is one. Inputs of uint8 are pixels: kept as they are (a quarter of float32's
+    memory), and what the model sees of them is `inputs()`."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -28,26 +29,40 @@ class Dataset:
     y_val: torch.Tensor | None = None
     # Classification: how many classes (the model's output width); None for regression.
     classes: int | None = None
+    # For pixels: the training split's per-channel mean and standard deviation of pixel / 255,
+    # shaped (1, C, 1, ...) to broadcast over a batch.
+    pixel_mean: torch.Tensor | None = None
+    pixel_std: torch.Tensor | None = None
+
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Examples of x or x_val as the model takes them: pixels scaled to [0, 1] and
+        normalized per channel, in the run's dtype; other inputs as they are."""
+        if self.pixel_mean is None:
+            return x
+        return (x.to(self.pixel_mean.dtype) / 255 - self.pixel_mean) / self.pixel_std
 
     @property
     def d_out(self) -> int:
         return self.classes if self.classes is not None else self.y.shape[1]
 
     def to(self, device: torch.device, dtype: torch.dtype) -> "Dataset":
-        """Moved to the device once; inputs (and regression targets) in the run's dtype."""
+        """Moved to the device once; inputs (but pixels), regression targets and the pixels'
+        statistics in the run's dtype."""
 
         def move(t: torch.Tensor | None, values: bool) -> torch.Tensor | None:
             if t is None:
                 return None
             return t.to(device, dtype) if values else t.to(device)
 
-        regression = self.classes is None
+        regression, pixels = self.classes is None, self.pixel_mean is not None
         return Dataset(
-            move(self.x, True),
+            move(self.x, not pixels),
             move(self.y, regression),
-            move(self.x_val, True),
+            move(self.x_val, not pixels),
             move(self.y_val, regression),
             self.classes,
+            move(self.pixel_mean, True),
+            move(self.pixel_std, True),
         )
 
 
@@ -251,7 +266,7 @@ def data_sizes(arrays: list[torch.Tensor]) -> tuple[int, int, int]:
 def dataset(arrays: list[torch.Tensor], val_fraction: float, generator: torch.Generator) -> Dataset:
     """A Dataset from check_arrays' tensors: classification when the targets are integers
     (class indices), regression otherwise; a held-out split of val_fraction when none was
-    given."""
+    given; uint8 inputs kept as pixels (Dataset.inputs), others as float32."""
     x, y, *validation = arrays
     if not validation:
         order = torch.randperm(len(x), generator=generator)
@@ -259,8 +274,21 @@ def dataset(arrays: list[torch.Tensor], val_fraction: float, generator: torch.Ge
         validation = [x[order[:held_out]], y[order[:held_out]]]
         x, y = x[order[held_out:]], y[order[held_out:]]
     x_val, y_val = validation
+    pixels = x.dtype == torch.uint8
+    statistics = pixel_statistics(x) if pixels else (None, None)
+    if not pixels:
+        x, x_val = x.float(), x_val.float()
     if y.is_floating_point():
         regression = [t.float().reshape(len(t), -1) for t in (y, y_val)]
-        return Dataset(x.float(), regression[0], x_val.float(), regression[1])
+        return Dataset(x, regression[0], x_val, regression[1], None, *statistics)
     classes = int(max(y.max(), y_val.max())) + 1
-    return Dataset(x.float(), y.long(), x_val.float(), y_val.long(), classes)
+    return Dataset(x, y.long(), x_val, y_val.long(), classes, *statistics)
+
+
+def pixel_statistics(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and standard deviation of pixel / 255 per channel (dim 1) over the training
+    split, float32, shaped (1, C, 1, ...); a channel that never varies divides by 1e-6."""
+    scaled = x.float() / 255
+    over = [d for d in range(x.dim()) if d != 1]
+    mean = scaled.mean(dim=over, keepdim=True)
+    return mean, scaled.std(dim=over, keepdim=True).clamp(min=1e-6)

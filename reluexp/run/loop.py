@@ -110,7 +110,7 @@ def train_loop(training: Training) -> None:
             # the accuracy on the step's batch.
             if data.x_val is not None and (step % config.eval_every == 0 or last):
                 model.eval()  # dropout off, normalization's running statistics left alone
-                val_loss, val_logits = loss_of(model, data.x_val, data.y_val)
+                val_loss, val_logits = loss_of(model, data.inputs(data.x_val), data.y_val)
                 model.train()
                 stream.record_evaluation(
                     step, evaluation(val_loss, val_logits, data.y_val, logits, y)

@@ -101,9 +101,10 @@ def prepare(
     sizes = None if arrays is None else data_sizes(arrays)
     check_memory(config, device, sizes)
     data, generator = seeded_data(config, arrays)
-    built = build_model(config, (data.x[:PROBE_EXAMPLES], data.d_out), activation, generator)
+    probe = data.inputs(data.x[:PROBE_EXAMPLES])
+    built = build_model(config, (probe, data.d_out), activation, generator)
     check_memory(config, device, sizes, built)
-    check_precision(config, built, data.x[:PROBE_EXAMPLES])
+    check_precision(config, built, probe)
     return Prepared(device, data, built, draw_seed(generator))
 
 
