@@ -7,9 +7,15 @@ import pytest
 import torch
 
 from reluexp.config import Config, ConfigError
+from reluexp.record import tags
+from reluexp.record.events import read_scalars
+from reluexp.record.metrics import Block
+from reluexp.record.tags import LR
 from reluexp.run import runner
+from reluexp.run.outcome import Outcome
 from reluexp.run.schedule import lr_factor
 from reluexp.validation import validate
+from tests.helpers import scalars
 
 pytestmark = pytest.mark.compat
 
@@ -49,6 +55,21 @@ def test_a_warmup_rises_to_the_lr_then_the_schedule_starts(composed):
     assert lrs[:4] == pytest.approx([0.025, 0.05, 0.075, 0.1])
     cosine = torch_lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10), 10)
     assert lrs[4:] == pytest.approx(cosine, rel=1e-12)
+
+
+def test_a_scheduled_lr_streams_as_torchs_scheduler_gives_it(composed, tmp_path):
+    config = composed("lr=1e-6", "steps=14", "schedule=cosine", "schedule.warmup=4", "log_every=3")
+    runner.run(config, tmp_path / "cosine")
+    streamed = read_scalars(tmp_path / "cosine", [LR])[LR]
+    logged = [0, 3, 6, 9, 12, 13]  # every log_every steps, and the last
+    cosine = torch_lrs(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 10), 10)
+    expected = [1e-5 * lr for lr in [0.025, 0.05, 0.075, 0.1, *cosine]]
+    assert list(streamed) == logged
+    # Event files hold float32.
+    assert list(streamed.values()) == pytest.approx([expected[s] for s in logged], rel=1e-7)
+    # A constant lr adds no chart.
+    runner.run(composed("steps=3"), tmp_path / "constant")
+    assert LR not in scalars(tmp_path / "constant")
 
 
 def test_the_sgd_recipe_is_the_update_written_by_hand(composed, tmp_path):
@@ -129,3 +150,16 @@ def test_an_update_setting_that_cannot_be_is_one_line(composed, overrides, messa
 def test_an_optimizer_given_by_name_is_its_settings():
     assert Config(optimizer="adam").optimizer.name.value == "adam"
     assert Config(schedule="cosine").schedule.name.value == "cosine"
+
+
+def test_the_lr_advice_measures_each_step_at_the_schedules_lr(composed):
+    # Step 5's gradient is 5x step 0's, but its lr a tenth: the largest step is step 0's.
+    config = composed("lr=0.1", "steps=10", "schedule=step", "schedule.milestones=[2]")
+    streamed = tags.streamed(["w"], [])
+    block = Block(streamed, [], steps=[0, 5], times=[0.0, 0.0])
+    for gradient in (1.0, 5.0):
+        values = {tags.GRAD_NORM_TOTAL: gradient, tags.WEIGHT_NORM_PREFIX + "w": 10.0}
+        block.rows.append([values.get(tag, 1.0) for tag in streamed])
+    outcome = Outcome()
+    outcome.take_step_sizes(block, config)
+    assert outcome.largest_step == pytest.approx(0.1 * 1.0 / 10.0)

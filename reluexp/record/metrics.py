@@ -3,6 +3,7 @@
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -204,13 +205,20 @@ class MetricStream:
         params: list[str],
         sites: list[tuple[str, int]],
         activation_param_sizes: dict[str, int],
+        of_the_step: dict[str, Callable[[int], float]] | None = None,
     ):
         """params: the trained parameters' names; sites: each activation site's name and its
-        units per example; activation_param_sizes: the activation's own parameters' sizes."""
+        units per example; activation_param_sizes: the activation's own parameters' sizes;
+        of_the_step: values that are functions of the step alone, by tag (the scheduled lr):
+        computed on the host at the flush, the last columns of a row. A new such column is
+        one entry here."""
         self.params = params
         self.sites = [name for name, _ in sites]
         self.units = [units for _, units in sites]
-        self.tags = tags.streamed(params, self.sites, activation_param_sizes)
+        self.of_the_step = of_the_step or {}
+        self.tags = tags.streamed(
+            params, self.sites, activation_param_sizes, tuple(self.of_the_step)
+        )
         # Which of a row's values are squared norms: the parameters' and a tensor parameter's.
         self.squared = [False] + [True] * (2 * len(params))
         for size in activation_param_sizes.values():
@@ -295,6 +303,8 @@ class MetricStream:
         host = torch.cat([*columns, values[:, 1 + 2 * k :]], dim=1)
         block.steps, block.times = list(self.steps), list(self.times)
         block.rows, block.live_units = host.tolist(), alive.tolist()
+        for step, row in zip(block.steps, block.rows):
+            row += [value(step) for value in self.of_the_step.values()]
         self.rows, self.steps, self.times = [], [], []
         self.last_flush = time.perf_counter()
         return block

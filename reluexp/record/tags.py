@@ -8,6 +8,8 @@ names are chosen for `loss` to sort first in both (then `lossgap_log10`, `lossra
 import re
 
 LOSS = "loss/train"
+# The lr a step's update used, where a schedule changes it.
+LR = "optimizer/lr"
 # A parameter's gradient norm (before the step's update) and its own norm (after it):
 # `norm/grad_w1`, `norm/weight_w1`.
 GRAD_NORM_PREFIX, WEIGHT_NORM_PREFIX = "norm/grad_", "norm/weight_"
@@ -55,11 +57,15 @@ def site_tags(site: str) -> list[str]:
 
 
 def streamed(
-    params: list[str], sites: list[str], activation_param_sizes: dict[str, int] | None = None
+    params: list[str],
+    sites: list[str],
+    activation_param_sizes: dict[str, int] | None = None,
+    of_the_step: tuple[str, ...] = (),
 ) -> list[str]:
     """The tags of one streamed metric row, in order (metrics.MetricStream.flush): the loss,
     each parameter's gradient norm (by its named_parameters name), their total, each one's
-    norm, the units over every site, each site's, the activation's own parameters."""
+    norm, the units over every site, each site's, the activation's own parameters, and the
+    values known from the step alone (the scheduled lr)."""
     return [
         LOSS,
         *(GRAD_NORM_PREFIX + n for n in params),
@@ -69,6 +75,7 @@ def streamed(
         EXACT_ZEROS,
         *(tag for site in sites for tag in site_tags(site)),
         *activation_params(activation_param_sizes or {}),
+        *of_the_step,
     ]
 
 

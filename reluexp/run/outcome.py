@@ -10,6 +10,7 @@ from typing import Any
 from reluexp.config import Config, Optimizer
 from reluexp.record import tags
 from reluexp.record.metrics import Block
+from reluexp.run.schedule import learning_rate
 
 # A completed run whose loss moved by less than this fraction, over at least this many steps,
 # gets a warning: it trained in name only.
@@ -159,13 +160,14 @@ class Outcome:
         return advice
 
     def take_step_sizes(self, block: Block, config: Config) -> None:
-        """The largest relative step of the update so far: lr x total gradient norm / total
-        weight norm, for the lr advice (small_steps)."""
+        """The largest relative step of the update so far: the step's lr (the schedule's) x
+        total gradient norm / total weight norm, for the lr advice (small_steps)."""
         total = block.tags.index(tags.GRAD_NORM_TOTAL)
         weights = [i for i, tag in enumerate(block.tags) if tag.startswith(tags.WEIGHT_NORM_PREFIX)]
-        for row in block.rows:
+        for at, row in zip(block.steps, block.rows):
             norm = math.sqrt(sum(row[i] ** 2 for i in weights))
-            step = config.lr * row[total] / norm if norm > 0 else math.nan
+            lr = learning_rate(config, at)
+            step = lr * row[total] / norm if norm > 0 else math.nan
             if math.isfinite(step):
                 self.largest_step = max(self.largest_step, step)
 

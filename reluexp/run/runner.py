@@ -7,6 +7,7 @@ import time
 from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from reluexp.record.metrics import MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder, Series
 from reluexp.record.summary import RunSummary
-from reluexp.record.tags import layout
+from reluexp.record.tags import LR, layout
 from reluexp.run.data import Dataset, data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
@@ -30,6 +31,7 @@ from reluexp.run.model import PROBE_EXAMPLES, Built, build_model, draw_seed
 from reluexp.run.process import job_environment
 from reluexp.run.resumes import ResumePlan, plan_resume
 from reluexp.run.rundir import DiskReserve, hold_run
+from reluexp.run.schedule import learning_rate, scheduled
 from reluexp.run.signals import StopSignals, slurm_job_id
 from reluexp.run.state import RunState, build_state, check_checkpoint, seeded_data
 from reluexp.validation import validate
@@ -231,6 +233,7 @@ def _run(
             params,
             [(site.name, site.units) for site in state.sites],
             {name: p.numel() for name, p in state.activation_params().items()},
+            {LR: partial(learning_rate, config)} if scheduled(config) else None,
         )
         training = Training(
             config,

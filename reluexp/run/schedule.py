@@ -9,6 +9,16 @@ import math
 from reluexp.config import Config, Schedule
 
 
+def scheduled(config: Config) -> bool:
+    """The lr changes during the run (then it streams: tags.LR)."""
+    return config.schedule.name != Schedule.constant or config.schedule.warmup > 0
+
+
+def learning_rate(config: Config, step: int) -> float:
+    """The lr of training step `step`: config.lr times the schedule's factor."""
+    return config.lr * lr_factor(config, step)
+
+
 def lr_factor(config: Config, step: int) -> float:
     """The factor of config.lr at `step` (0-based): during schedule.warmup steps it rises
     linearly to 1 ((step + 1) / warmup); then `constant` keeps 1, `cosine` falls along half a

@@ -7,7 +7,7 @@ import torch
 
 from reluexp.config import Config, Optimizer, OptimizerConfig
 from reluexp.record.metrics import MetricRow, flat
-from reluexp.run.schedule import lr_factor
+from reluexp.run.schedule import learning_rate
 
 
 def parameter_groups(
@@ -64,7 +64,7 @@ class WeightUpdate:
 
     def __call__(self, row: MetricRow | None, step: int) -> None:
         """The update of training step `step` (its lr the schedule's)."""
-        lr = self.config.lr * lr_factor(self.config, step)
+        lr = learning_rate(self.config, step)
         if row is not None:
             row.record_grad_norms(self.params)
         if self.optimizer is None:
