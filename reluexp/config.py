@@ -21,12 +21,15 @@ class Dtype(str, Enum):
 
 
 class Precision(str, Enum):
-    """fp32: every op in float32 (or dtype's float64); bf16: the forward and the loss under
-    torch.autocast to bfloat16 (CPU and CUDA), the weights, their gradients and every streamed
-    value float32."""
+    """fp32: every op in float32 (or dtype's float64); bf16 and fp16: the forward under
+    torch.autocast to bfloat16 or float16 (CPU and CUDA), the loss, the weights, their
+    gradients and every streamed value float32; fp16 with a gradient scaler (float16's range
+    is narrow: the loss is scaled up for the backward, a step whose gradients overflow is
+    skipped and the scale lowered)."""
 
     fp32 = "fp32"
     bf16 = "bf16"
+    fp16 = "fp16"
 
 
 class Optimizer(str, Enum):

@@ -80,12 +80,14 @@ def validate(config: Config) -> None:
         )
     _require(math.isfinite(config.lr) and config.lr > 0, "lr", config.lr, "must be finite and > 0")
     validate_update(config)
-    _require(
-        config.precision == Precision.fp32 or config.dtype == Dtype.float32,
-        "precision",
-        config.precision.value,
-        "mixed precision keeps float32 weights: dtype=float32",
-    )
+    precision = f"precision={config.precision.value}"
+    if config.precision != Precision.fp32 and config.dtype != Dtype.float32:
+        raise ConfigError(f"{precision}: mixed precision keeps float32 weights: dtype=float32")
+    if config.precision == Precision.fp16 and config.optimizer.name == Optimizer.manual:
+        raise ConfigError(
+            f"{precision}: its gradient scaler steps a torch optimizer: optimizer=sgd or "
+            "optimizer=adam"
+        )
     _require(config.steps >= 0, "steps", config.steps, "must be >= 0")
     _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")
     _require(config.print_every >= 1, "print_every", config.print_every, "must be >= 1")

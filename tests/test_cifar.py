@@ -100,7 +100,7 @@ def test_a_missing_root_is_one_line_saying_where_to_get_it(composed, tmp_path):
     )
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_the_resnet_trains_on_cifar_and_resumes_bit_for_bit(
     composed, tmp_path, monkeypatch, precision
 ):

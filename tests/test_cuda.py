@@ -85,3 +85,24 @@ def test_cuda_run_starts_from_the_cpu_draw(tmp_path):
     assert '"device": "cuda' in summary
     cpu_first = seed_loop(steps=1)[0]["loss"]
     assert json.loads(summary)["final_loss"] == pytest.approx(cpu_first, rel=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains_on_cuda(tmp_path, composed, precision):
+    """The CNN on digits under CUDA autocast (fp16 with its gradient scaler on the device):
+    completed, the weights float32, the loss down."""
+    config = composed(
+        "model=cnn",
+        "data=digits",
+        f"precision={precision}",
+        "optimizer=sgd",
+        "lr=0.1",
+        "model.init=scaled",
+        "steps=60",
+        "device=cuda",
+    )
+    result = runner.run(config, tmp_path)
+    assert result.status == "completed"
+    assert {p.dtype for p in result.state.model.parameters()} == {torch.float32}
+    outcome = result.state.outcome
+    assert outcome.final_loss < outcome.first_loss

@@ -414,6 +414,11 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
             "'s model has w3, which the config's model lacks",
         ),
         (["rng_cpu"], torch.zeros(3), "'s rng_cpu is not a torch RNG state"),
+        (  # an fp32 run keeps no gradient scaler
+            ["scaler"],
+            {"scale": 1024.0},
+            "'s scaler is not the gradient scaler's state precision=fp16 keeps (none else)",
+        ),
         (["format"], 1, " was written by another version of reluexp (format 1, this one reads"),
     ],
 )

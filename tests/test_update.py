@@ -2,6 +2,7 @@
 own schedulers and an update written by hand."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -139,6 +140,11 @@ def test_the_sgd_recipe_is_the_update_written_by_hand(composed, tmp_path):
         ),
         (["schedule.warmup=500"], "schedule.warmup=500: must be from 0 to steps - 1 (499)"),
         (["schedule=step", "schedule.gamma=2.0"], "schedule.gamma=2.0: must be in (0, 1]"),
+        (
+            ["precision=fp16"],
+            "precision=fp16: its gradient scaler steps a torch optimizer: optimizer=sgd or "
+            "optimizer=adam",
+        ),
     ],
 )
 def test_an_update_setting_that_cannot_be_is_one_line(composed, overrides, message):
@@ -163,3 +169,29 @@ def test_the_lr_advice_measures_each_step_at_the_schedules_lr(composed):
     outcome = Outcome()
     outcome.take_step_sizes(block, config)
     assert outcome.largest_step == pytest.approx(0.1 * 1.0 / 10.0)
+
+
+def test_fp16_skips_the_steps_whose_gradients_overflow_and_streams_the_true_norms(
+    composed, tmp_path
+):
+    # The article's summed loss has gradients of ~1e6: scaled by the scaler's first 65536 they
+    # overflow float16, so the first steps are skipped while the scale comes down.
+    config = composed("precision=fp16", "optimizer=sgd", "steps=30", "log_every=1")
+    prepared = runner.prepare(config)
+    start = copy.deepcopy(prepared.built.model)
+    result = runner.run(config, tmp_path, prepared=prepared)
+    assert result.status == "completed"  # an overflowed gradient is no divergence
+    assert result.state.update.scaler.get_scale() < 65536
+    streamed = read_scalars(tmp_path, ["norm/grad_w1", "norm/weight_w1", "loss/train"])
+    grads, weights = list(streamed["norm/grad_w1"].values()), streamed["norm/weight_w1"]
+    taken = next(step for step, norm in enumerate(grads) if math.isfinite(norm))
+    assert taken > 0
+    # A skipped step leaves the weights as they were.
+    assert {weights[step] for step in range(taken)} == {weights[0]}
+    assert weights[0] == pytest.approx(start.w1.norm().item(), rel=1e-6)
+    # The first step taken still starts from the initial weights: its gradient norm, unscaled,
+    # is float32's of the same loss (within float16's rounding of the forward).
+    loss = (start(prepared.data.x) - prepared.data.y).pow(2).sum()
+    loss.backward()
+    assert grads[taken] == pytest.approx(start.w1.grad.norm().item(), rel=1e-2)
+    assert all(math.isfinite(v) for v in streamed["loss/train"].values())

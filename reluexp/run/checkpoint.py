@@ -15,8 +15,9 @@ from reluexp.record.whole import write_whole
 from reluexp.run.rundir import CHECKPOINT_NAME
 
 # What a checkpoint's fields are: a checkpoint of another format is refused, not misread
-# (5: the optimizer a group of settings, its state in parameter groups).
-CHECKPOINT_FORMAT = 5
+# (5: the optimizer a group of settings, its state in parameter groups; 6: the gradient
+# scaler's state, precision=fp16's).
+CHECKPOINT_FORMAT = 6
 
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:

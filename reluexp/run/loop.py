@@ -101,7 +101,7 @@ def train_loop(training: Training) -> None:
             capture.start()
         x, y = batches.at(step)
         loss, logits = compute_loss(model, x, y)
-        loss.backward()
+        state.update.backward(loss)
         with torch.no_grad():
             row = stream.new_row() if recording else None
             if row is not None:

@@ -39,11 +39,15 @@ def loss_kind(config: Config, data: Dataset) -> Loss:
     return kind
 
 
+# The dtype each mixed precision runs its forward's matrix products and convolutions in.
+HALF = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
+
+
 def forward_precision(config: Config, device: torch.device) -> torch.autocast:
-    """Where a mixed-precision run's forward runs: under autocast to bfloat16 (precision=bf16:
-    matrix products and convolutions in bfloat16, what autocast keeps in float32 in float32; a
+    """Where a mixed-precision run's forward runs: under autocast to bfloat16 or float16
+    (matrix products and convolutions in it, what autocast keeps in float32 in float32; a
     custom Function gets its input as the op before it gave it)."""
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=HALF[config.precision])
 
 
 def objective(config: Config, data: Dataset) -> Objective:

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from reluexp.config import Config, Optimizer
+from reluexp.config import Config, Optimizer, Precision
 from reluexp.record import tags
 from reluexp.record.metrics import Block
 from reluexp.run.schedule import learning_rate
@@ -23,11 +23,13 @@ USUAL_LR = {Optimizer.adam: (1e-4, 1e-2)}
 SMALL_MOVE = 1e-2
 
 
-def watched_columns(streamed: list[str]) -> list[tuple[int, str]]:
+def watched_columns(streamed: list[str], gradients: bool = True) -> list[tuple[int, str]]:
     """What a row says is non-finite, by column, in the order a step computes it: its loss,
-    then each weight's gradient norm (before the update), then each weight's norm (after it)."""
+    then each weight's gradient norm (before the update; not with `gradients` False: under a
+    gradient scaler an overflowed gradient is a skipped step), then each weight's norm (after
+    it)."""
     columns = [(streamed.index(tags.LOSS), "loss")]
-    for index, name in enumerate(streamed):
+    for index, name in enumerate(streamed) if gradients else ():
         if name.startswith(tags.GRAD_NORM_PREFIX) and name != tags.GRAD_NORM_TOTAL:
             columns.append((index, f"gradient norm of {name.removeprefix(tags.GRAD_NORM_PREFIX)}"))
     for index, name in enumerate(streamed):
@@ -74,7 +76,7 @@ class Outcome:
             return block
         streamed = block.tags
         loss, total = streamed.index(tags.LOSS), streamed.index(tags.GRAD_NORM_TOTAL)
-        watched = watched_columns(streamed)
+        watched = watched_columns(streamed, config.precision != Precision.fp16)
         kept = len(block.rows)
         for i, (step, row) in enumerate(zip(block.steps, block.rows)):
             if row[total] == 0:

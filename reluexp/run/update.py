@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, Optimizer, OptimizerConfig
+from reluexp.config import Config, Optimizer, OptimizerConfig, Precision
 from reluexp.record.metrics import MetricRow, flat
 from reluexp.run.schedule import learning_rate
 
@@ -35,8 +35,12 @@ def parameter_groups(
 
 class WeightUpdate:
     """A step's update of every trained parameter of the model (weights, biases, the
-    activation Modules' own). A recorded step's gradient norms are taken before it (it
-    consumes the gradients) and its parameters' norms after it."""
+    activation Modules' own), and the backward that makes its gradients. A recorded step's
+    gradient norms are taken before it (it consumes the gradients) and its parameters' norms
+    after it. Under precision=fp16 a gradient scaler scales the loss for the backward and
+    unscales the gradients before anything reads them: the streamed norms are the true
+    gradients', and a step whose gradients overflowed float16 (inf or NaN, by design while
+    the scale settles) is skipped by the scaler, not taken."""
 
     def __init__(
         self,
@@ -61,10 +65,18 @@ class WeightUpdate:
                 )
             else:
                 self.optimizer = torch.optim.Adam(groups, lr=config.lr)
+        self.scaler: torch.amp.GradScaler | None = None
+        if config.precision == Precision.fp16:  # validate(): with an optimizer
+            self.scaler = torch.amp.GradScaler(self.params[0].device.type)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
     def __call__(self, row: MetricRow | None, step: int) -> None:
         """The update of training step `step` (its lr the schedule's)."""
         lr = learning_rate(self.config, step)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         if row is not None:
             row.record_grad_norms(self.params)
         if self.optimizer is None:
@@ -72,7 +84,11 @@ class WeightUpdate:
         else:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            self.optimizer.step()
+            if self.scaler is None:
+                self.optimizer.step()
+            else:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
             self.optimizer.zero_grad()
         if row is not None:
             row.record_weight_norms(self.flat_params)
@@ -94,3 +110,11 @@ class WeightUpdate:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.optimizer is not None:
             self.optimizer.load_state_dict(state)
+
+    def scaler_state_dict(self) -> dict[str, Any]:
+        """The gradient scaler's scale and growth count ({} without one)."""
+        return self.scaler.state_dict() if self.scaler is not None else {}
+
+    def load_scaler_state_dict(self, state: dict[str, Any]) -> None:
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state)
