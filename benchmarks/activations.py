@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.common import alternate, machine, summarize, write_section
 from reluexp.functions.targets import resolve_activation
-from reluexp.run.model import init_weights
+from reluexp.run.mlp import init_weights
 from reluexp.run.process import KEEP_FREED_MEMORY, set_malloc
 
 CONF = Path(__file__).resolve().parent.parent / "conf" / "activation"

@@ -189,10 +189,15 @@ def accepted(obj: object, params: dict[str, Any]) -> dict[str, Any]:
         parameters = arguments_after_input(obj)
     except (TypeError, ValueError):
         return dict(params)
+    return keywords_in(parameters, params)
+
+
+def keywords_in(parameters: list[inspect.Parameter], offered: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `offered` these parameters name (all of them with a **kwargs)."""
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return dict(params)
+        return dict(offered)
     names = {p.name for p in parameters}
-    return {key: value for key, value in params.items() if key in names}
+    return {key: value for key, value in offered.items() if key in names}
 
 
 def resolved(obj: object, key: str) -> object:

@@ -1,7 +1,8 @@
-"""The network a run trains, built from the config with the activation placed in it: the
-article's MLP of plain weight matrices (the default, seed-exact), a small CNN for images, or the
-user's own factory, optionally with every instance of a built-in Module class swapped for the
-activation. Also where each activation is seen: a forward hook on every instance."""
+"""The network a run trains, built from the config with the activation placed in it, by one
+table of models (MODELS): the article's MLP of plain weight matrices (the default,
+seed-exact), a small CNN for images, the CIFAR ResNet, or the user's own factory, optionally
+with every instance of a built-in Module class swapped for the activation. Also where each
+activation is seen: a forward hook on every instance."""
 
 import inspect
 import math
@@ -11,93 +12,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Generator, nn
 
 from reluexp.config import Config, ConfigError, ModelName
-from reluexp.functions.targets import ActivationFactory, import_object, is_module, raised_at
+from reluexp.functions.targets import (
+    ActivationFactory,
+    import_object,
+    is_module,
+    keywords_in,
+    raised_at,
+)
 from reluexp.record.metrics import units_of
+from reluexp.run.cnn import CNN
+from reluexp.run.mlp import MLP, init_weights
 from reluexp.run.resnet import ResNet
 
 # Examples the probe forward takes: enough for a batch dimension, cheap for any model.
 PROBE_EXAMPLES = 2
-
-
-def init_weights(
-    sizes: list[int], generator: torch.Generator, init: str = "randn"
-) -> list[torch.Tensor]:
-    """One float32 matrix per layer, (sizes[i], sizes[i + 1]), in layer order: standard normal
-    (the seed's), or `scaled` by sqrt(2 / fan_in) (He et al.), the same draws either way.
-
-    With `randn` every layer multiplies the activations' scale by about sqrt(fan_in): a deeper
-    MLP's second hidden layer starts saturated, and one large update kills it."""
-    weights = [
-        torch.randn(d_in, d_out, generator=generator) for d_in, d_out in zip(sizes, sizes[1:])
-    ]
-    if init == "scaled":
-        weights = [w * math.sqrt(2 / w.shape[0]) for w in weights]
-    return weights
-
-
-class MLP(nn.Module):
-    """The article's network: y = act(x @ w1) @ w2 with plain weight matrices w1 (d_in, h),
-    w2 (h, d_out) (more hidden layers: w3, ...), biases b1, b2, ... when given (each layer's
-    addmm: the same kernel call), an activation Module per hidden layer (act1, act2, ...).
-    Inputs of any shape are flattened after the batch dimension."""
-
-    def __init__(
-        self,
-        weights: list[torch.Tensor],
-        biases: list[torch.Tensor],
-        activation: ActivationFactory,
-    ):
-        super().__init__()
-        self.layers = len(weights)
-        for i, w in enumerate(weights, 1):
-            self.register_parameter(f"w{i}", nn.Parameter(w))
-        for i, b in enumerate(biases, 1):
-            self.register_parameter(f"b{i}", nn.Parameter(b))
-        self.biased = bool(biases)
-        for i in range(1, self.layers):
-            self.add_module(f"act{i}", activation())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.flatten(1)
-        for i in range(1, self.layers + 1):
-            w = getattr(self, f"w{i}")
-            h = torch.addmm(getattr(self, f"b{i}"), h, w) if self.biased else h.mm(w)
-            if i < self.layers:
-                h = getattr(self, f"act{i}")(h)
-        return h
-
-
-class CNN(nn.Module):
-    """A small conv net for images (C, H, W): a 3x3 convolution per channel count (stride 2
-    after the first, halving the image), each followed by its own activation Module, then a
-    linear layer from the flattened maps to the outputs."""
-
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        d_out: int,
-        channels: list[int],
-        activation: ActivationFactory,
-    ):
-        super().__init__()
-        layers: list[nn.Module] = []
-        in_channels, (height, width) = input_shape[0], input_shape[1:]
-        for i, out_channels in enumerate(channels):
-            stride = 1 if i == 0 else 2
-            layers += [
-                nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1),
-                activation(),
-            ]
-            in_channels = out_channels
-            height, width = (height - 1) // stride + 1, (width - 1) // stride + 1
-        self.features = nn.Sequential(*layers)
-        self.head = nn.Linear(in_channels * height * width, d_out)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x).flatten(1))
 
 
 def draw_seed(generator: torch.Generator) -> int:
@@ -181,17 +112,6 @@ class Built:
     capture: Capture
 
 
-def keyword_arguments(factory: Callable, offered: dict[str, Any]) -> dict[str, Any]:
-    """The keywords of `offered` that the factory names (all of them for **kwargs)."""
-    try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return offered
-    if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return offered
-    return {p.name: offered[p.name] for p in parameters if p.name in offered}
-
-
 def replace_instances(model: nn.Module, kind: type, activation: ActivationFactory) -> int:
     """Every submodule of the class `kind` swapped for a fresh activation Module; how many."""
     swapped = 0
@@ -203,24 +123,49 @@ def replace_instances(model: nn.Module, kind: type, activation: ActivationFactor
     return swapped
 
 
-def construct(
-    config: Config, shapes: tuple[tuple[int, ...], int], activation: ActivationFactory
+def images(config: Config, input_shape: tuple[int, ...]) -> None:
+    """A model for images refuses other data in one line."""
+    if len(input_shape) != 3:
+        raise ConfigError(
+            f"model={config.model.name.value}: takes images (channels, height, width); the "
+            f"data's examples are {tuple(input_shape)} (data=digits gives 8x8 images of one "
+            "channel, data=cifar10 32x32 of three)"
+        )
+
+
+def made_mlp(
+    config: Config, input_shape: tuple[int, ...], d_out: int, activation: Any, generator: Generator
 ) -> nn.Module:
-    """The configured model from the data's input shape (one example's) and output width;
-    a user's factory's mistakes are ConfigErrors naming model.target."""
-    input_shape, d_out = shapes
-    model_config = config.model
-    if model_config.name in (ModelName.cnn, ModelName.resnet):
-        if len(input_shape) != 3:
-            raise ConfigError(
-                f"model={model_config.name.value}: takes images (channels, height, width); the "
-                f"data's examples are {tuple(input_shape)} (data=digits gives 8x8 images of one "
-                "channel, data=cifar10 32x32 of three)"
-            )
-        if model_config.name == ModelName.resnet:
-            return ResNet(input_shape, d_out, model_config.depth, model_config.hidden, activation)
-        return CNN(input_shape, d_out, model_config.hidden, activation)
-    path = model_config.target
+    """The article's order: the weights are the generator's next draws (w1, w2, ...)."""
+    sizes = [math.prod(input_shape), *config.model.hidden, d_out]
+    weights = init_weights(sizes, generator, config.model.init.value)
+    biases = [torch.zeros(w.shape[1]) for w in weights] if config.model.bias else []
+    with seeded(generator):
+        return MLP(weights, biases, activation)
+
+
+def made_cnn(
+    config: Config, input_shape: tuple[int, ...], d_out: int, activation: Any, generator: Generator
+) -> nn.Module:
+    images(config, input_shape)
+    with seeded(generator):
+        return CNN(input_shape, d_out, config.model.hidden, activation)
+
+
+def made_resnet(
+    config: Config, input_shape: tuple[int, ...], d_out: int, activation: Any, generator: Generator
+) -> nn.Module:
+    images(config, input_shape)
+    with seeded(generator):
+        return ResNet(input_shape, d_out, config.model.depth, config.model.hidden, activation)
+
+
+def made_custom(
+    config: Config, input_shape: tuple[int, ...], d_out: int, activation: Any, generator: Generator
+) -> nn.Module:
+    """The user's factory, given what it names of the activation, d_in, d_out and
+    input_shape; its mistakes are ConfigErrors naming model.target."""
+    path = config.model.target
     factory = import_object(path, "model.target")
     if not callable(factory):
         raise ConfigError(f"model.target={path}: a {type(factory).__name__}, not a factory")
@@ -231,12 +176,35 @@ def construct(
         "input_shape": tuple(input_shape),
     }
     try:
-        model = factory(**keyword_arguments(factory, offered))
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: offered everything
+        parameters = None
+    try:
+        with seeded(generator):
+            model = factory(**(offered if parameters is None else keywords_in(parameters, offered)))
     except Exception as error:
         raise ConfigError(f"model.target={path}: {raised_at(error)}") from None
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model.target={path}: returned {type(model).__name__}, not an nn.Module")
     return model
+
+
+# Each model=<name>: its Module from the config, one example's input shape, the output width, the
+# activation to place and the run's generator, which it draws its weights from (directly, or
+# through a seed for torch's: `seeded`). The Modules are in run/mlp.py, cnn.py and resnet.py.
+MODELS: dict[ModelName, Callable[[Config, tuple[int, ...], int, Any, Generator], nn.Module]] = {
+    ModelName.mlp: made_mlp,
+    ModelName.cnn: made_cnn,
+    ModelName.resnet: made_resnet,
+    ModelName.custom: made_custom,
+}
+
+
+def activation_modules(model: nn.Module, instances: list[nn.Module]) -> dict[str, nn.Module]:
+    """The model's activation Modules, those among `instances`, by their names in it: the one
+    way a run finds where its activation stands (its sites, its own parameters)."""
+    held = {id(m) for m in instances}
+    return {name: m for name, m in model.named_modules() if id(m) in held}
 
 
 def build_model(
@@ -258,19 +226,12 @@ def build_model(
         made.append(module)
         return module
 
-    if config.model.name == ModelName.mlp:
-        sizes = [math.prod(x.shape[1:]), *config.model.hidden, d_out]
-        weights = init_weights(sizes, generator, config.model.init.value)
-        biases = [torch.zeros(w.shape[1]) for w in weights] if config.model.bias else []
+    offered = Placeable(placed)
+    model = MODELS[config.model.name](config, tuple(x.shape[1:]), d_out, offered, generator)
+    if any(m is offered for m in model.modules()):  # placed as a Module
         with seeded(generator):
-            model = MLP(weights, biases, placed)
-    else:
-        offered = Placeable(placed)
-        with seeded(generator):
-            model = construct(config, (tuple(x.shape[1:]), d_out), offered)
-            if any(m is offered for m in model.modules()):  # placed as a Module
-                offered.act = placed()
-                made[-1] = offered  # its calls are the sites, by its place in the model
+            offered.act = placed()
+        made[-1] = offered  # its calls are the sites, by its place in the model
     custom = config.model.name == ModelName.custom
     what = f"model.target={config.model.target}" if custom else f"model={config.model.name.value}"
     if config.model.replace is not None:
@@ -290,7 +251,7 @@ def build_model(
             )
     if not any(p.requires_grad for p in model.parameters()):
         raise ConfigError(f"{what}: the model has no parameters to train")
-    instances = [m for m in model.modules() if any(m is placed_one for placed_one in made)]
+    instances = list(activation_modules(model, made).values())
     if not instances:
         raise ConfigError(
             f"{what}: the model holds no activation Module it was given: call `activation()` "
@@ -308,7 +269,7 @@ def probe(model: nn.Module, x: torch.Tensor, d_out: int, capture: Capture, what:
     """The model's forward on a few examples (in eval mode, without a graph, torch's global
     generator left as it was): its output must give each example d_out values; the activation
     calls it makes are the sites the run streams."""
-    names = {id(m): name for name, m in model.named_modules()}
+    names = {id(m): name for name, m in activation_modules(model, capture.instances).items()}
     training = model.training
     model.eval()
     capture.on, capture.calls = True, []

@@ -13,7 +13,7 @@ from torch import nn
 from reluexp.config import Config, ConfigError, Precision, config_dict
 from reluexp.run.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from reluexp.run.data import Dataset, load_data
-from reluexp.run.model import Built, Capture, Site
+from reluexp.run.model import Built, Capture, Site, activation_modules
 from reluexp.run.outcome import Outcome
 from reluexp.run.update import WeightUpdate
 
@@ -49,11 +49,9 @@ class RunState:
 
     def activation_params(self) -> dict[str, torch.Tensor]:
         """The activation Modules' own trained parameters, by their names in the model."""
-        placed = {id(m) for m in self.capture.instances}
         return {
             f"{name}.{param}" if name else param: p
-            for name, module in self.model.named_modules()
-            if id(module) in placed
+            for name, module in activation_modules(self.model, self.capture.instances).items()
             # recurse: an activation placed as a Module (model.Placeable) holds its own.
             for param, p in module.named_parameters()
             if p.requires_grad
