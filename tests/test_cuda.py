@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from reluexp.config import Config
+from reluexp.config import Config, Optimizer, OptimizerConfig
 from reluexp.record import metrics
 from reluexp.run import loop, runner
 from tests.helpers import seed_loop
@@ -26,10 +26,13 @@ def syncs_allowed():
         torch.cuda.set_sync_debug_mode("error")
 
 
-@pytest.mark.parametrize("activation", ["relu", "lean_relu"])
-def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
+@pytest.mark.parametrize(
+    ("activation", "precision"), [("relu", "fp32"), ("lean_relu", "fp32"), ("relu", "fp16")]
+)
+def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation, precision):
     """Every step runs with sync debug mode 'error' (a sync raises); only flushes and
-    checkpoints may sync."""
+    checkpoints may sync. Under fp16 the gradient scaler's overflow flag stays on the device
+    (a fused optimizer takes it there)."""
     make_objective, train_loop = loop.objective, runner.train_loop
 
     def strict_objective(config, data):
@@ -58,7 +61,9 @@ def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation):
     monkeypatch.setattr(loop.Training, "flush", allowed(loop.Training.flush))
     monkeypatch.setattr(loop.Training, "checkpoint", allowed(loop.Training.checkpoint))
     monkeypatch.setattr(runner, "train_loop", strict_train_loop)
-    config = Config(device="cuda", steps=300, checkpoint_every=100)
+    config = Config(device="cuda", steps=300, checkpoint_every=100, precision=precision)
+    if precision == "fp16":  # the scaler steps an optimizer
+        config.optimizer = OptimizerConfig(name=Optimizer.sgd)
     config.activation.name = activation
     config.activation.target = {"relu": "torch.relu", "lean_relu": "reluexp.functions.LeanReLU"}[
         activation

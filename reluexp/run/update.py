@@ -57,14 +57,22 @@ class WeightUpdate:
         # None: the seed's manual update, applied here.
         self.optimizer: torch.optim.Optimizer | None = None
         settings = config.optimizer
+        # Under the gradient scaler, torch's fused optimizers: the scaler hands them its
+        # overflow flag on the device, where with another it reads it on the host every step
+        # (a sync with an accelerator).
+        fused = config.precision == Precision.fp16
         if settings.name != Optimizer.manual:
             groups = parameter_groups(params, activation_params, settings)
             if settings.name == Optimizer.sgd:
                 self.optimizer = torch.optim.SGD(
-                    groups, lr=config.lr, momentum=settings.momentum, nesterov=settings.nesterov
+                    groups,
+                    lr=config.lr,
+                    momentum=settings.momentum,
+                    nesterov=settings.nesterov,
+                    fused=fused,
                 )
             else:
-                self.optimizer = torch.optim.Adam(groups, lr=config.lr)
+                self.optimizer = torch.optim.Adam(groups, lr=config.lr, fused=fused)
         self.scaler: torch.amp.GradScaler | None = None
         if config.precision == Precision.fp16:  # validate(): with an optimizer
             self.scaler = torch.amp.GradScaler(self.params[0].device.type)
