@@ -34,7 +34,7 @@ class Batches:
     seed and the step only, so a resumed run sees the batches it would have seen."""
 
     def __init__(self, data: Dataset, batch_size: int | None, seed: int, augment: bool = False):
-        self.data, self.x, self.y, self.seed, self.augment = data, data.x, data.y, seed, augment
+        self.data, self.seed, self.augment = data, seed, augment
         self.size = len(data.x) if batch_size is None else min(batch_size, len(data.x))
         self.per_epoch = len(data.x) // self.size
         self.epoch, self.order = -1, torch.empty(0)
@@ -48,12 +48,13 @@ class Batches:
         return augmented(x, generator), y
 
     def chosen(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.size == len(self.x):
-            return self.x, self.y
+        x, y = self.data.x, self.data.y
+        if self.size == len(x):
+            return x, y
         epoch, index = divmod(step, self.per_epoch)
         if epoch != self.epoch:
             generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
-            self.order = torch.randperm(len(self.x), generator=generator).to(self.x.device)
+            self.order = torch.randperm(len(x), generator=generator).to(x.device)
             self.epoch = epoch
         chosen = self.order[index * self.size : (index + 1) * self.size]
-        return self.x[chosen], self.y[chosen]
+        return x[chosen], y[chosen]

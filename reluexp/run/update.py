@@ -59,8 +59,9 @@ class WeightUpdate:
         settings = config.optimizer
         # Under the gradient scaler, torch's fused optimizers: the scaler hands them its
         # overflow flag on the device, where with another it reads it on the host every step
-        # (a sync with an accelerator).
-        fused = config.precision == Precision.fp16
+        # (a sync with an accelerator). Else None, torch's own choice (fused=False would also
+        # turn off its foreach kernels on an accelerator).
+        fused = True if config.precision == Precision.fp16 else None
         if settings.name != Optimizer.manual:
             groups = parameter_groups(params, activation_params, settings)
             if settings.name == Optimizer.sgd:
