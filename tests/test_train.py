@@ -222,6 +222,41 @@ def test_a_row_counts_dead_units_zeros_and_norms():
     assert stream.flush().steps == []
 
 
+def test_site_statistics_are_their_definitions_however_the_sites_are_grouped():
+    # Small image sites of one shape (stacked and reduced together), large ones of one shape
+    # (each reduced alone: a stack would copy them) and a 2-D site, in an interleaved order;
+    # the reductions go over the batch first and then a channel's positions, whose one-op
+    # form was many times slower for small images. Every value is its definition per site.
+    generator = torch.Generator().manual_seed(0)
+
+    def site(*shape: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pre = torch.randn(*shape, generator=generator).round()  # exact zeros among them
+        post = pre.clamp(min=0)
+        post[:, 0] = 0  # a dead unit
+        return pre, post
+
+    small, large = (4, 3, 2, 2), (2, 4, 80, 60)
+    calls = [site(*small), site(*large), site(5, 7), site(*small), site(*large), site(*small)]
+    units = [post.shape[1] for _, post in calls]
+    names = [f"act{i}" for i in range(len(calls))]
+    stream = MetricStream(["w"], list(zip(names, units)), {})
+    w = torch.ones(3)
+    row = stream.new_row()
+    row.record_activations(torch.tensor(0.0), calls)
+    row.record_grad_norms([w])  # no gradient: 0
+    row.record_weight_norms([w])
+    stream.end_row(0, row)
+    assert row.layout.groups == [[0, 3, 5], [1], [2], [4]]
+    values = dict(zip(stream.tags, stream.flush().rows[0]))
+    for name, (pre, post) in zip(names, calls):
+        per_unit = post.transpose(0, 1).reshape(post.shape[1], -1)
+        alive = int((per_unit != 0).any(dim=1).sum())
+        assert values[f"units/{name}/dead_fraction"] == 1 - alive / post.shape[1] > 0
+        assert values[f"units/{name}/exact_zeros"] == (pre == 0).sum() > 0
+        assert values[f"units/{name}/output_max"] == post.max()
+        assert values[f"units/{name}/output_min"] == post.min()
+
+
 @pytest.mark.parametrize(
     "overrides",
     [

@@ -33,6 +33,17 @@ def unit_dims(dim: int) -> tuple[int, ...]:
     return (0, *range(2, dim)) if dim in (4, 5) else (0,)
 
 
+def per_unit(post: torch.Tensor, dims: tuple[int, ...], reduce: Callable) -> torch.Tensor:
+    """reduce (torch.amax or torch.amin) of `post` over `dims` (the batch, then positions):
+    over the batch first, an elementwise reduction of contiguous examples, then over each
+    channel's positions. One reduction over all of them is up to 20x slower for small images
+    ((128, 32, 4, 4): 222 us against 11, one thread) and within 15% either way for larger ones
+    (benchmarks/RESULTS.md, depth). Exact either way: an extreme does not depend on the order."""
+    batch, *positions = dims
+    reduced = reduce(post, dim=batch)
+    return reduce(reduced, dim=tuple(d - 1 for d in positions)) if positions else reduced
+
+
 def units_of(post: torch.Tensor) -> int:
     """An activation output's units per example (unit_dims)."""
     if post.dim() == 0:
@@ -102,18 +113,26 @@ class Block:
         )
 
 
+# Sites whose outputs have at most this many elements (torch's grain size: below it an op is
+# one thread's short loop) are stacked by shape and reduced together, where an op costs more
+# in dispatch than in arithmetic; a larger one is reduced alone: stacking ResNet-20's seven
+# (128, 16, 32, 32) outputs copied 56 MB a logged step.
+STACKED_ELEMENTS = 32768
+
+
 class SiteLayout:
-    """The activation sites of a forward grouped by output shape (and device), sites of one
-    shape, such as every hidden layer of an MLP of one width, being reduced together: the
-    groups in the sites' order of first appearance, and each site's input elements. Found
-    from the first recorded forward, again for one whose shapes differ (a smaller last batch);
-    every forward must group the sites alike."""
+    """The activation sites of a forward in groups reduced together: small sites of one output
+    shape (and device), such as every hidden layer of an MLP of one width, and each larger
+    site alone (STACKED_ELEMENTS); the groups in the sites' order of first appearance, and
+    each site's input elements. Found from the first recorded forward, again for one whose
+    shapes differ (a smaller last batch); every forward must group the sites alike."""
 
     def __init__(self, calls: list[tuple[torch.Tensor, torch.Tensor]]):
         self.shapes = shapes_of(calls)
-        by_shape: dict[tuple, list[int]] = {}
-        for site, shape in enumerate(self.shapes):
-            by_shape.setdefault(shape, []).append(site)
+        by_shape: dict[object, list[int]] = {}
+        for site, (shape, device) in enumerate(self.shapes):
+            stacked = shape.numel() <= STACKED_ELEMENTS
+            by_shape.setdefault((shape, device) if stacked else site, []).append(site)
         self.groups = list(by_shape.values())
         # Sites in the groups' order, and each one's input elements in that order.
         self.grouped = [site for group in self.groups for site in group]
@@ -140,7 +159,7 @@ class MetricRow:
     values: list[torch.Tensor] = field(default_factory=list)
     # Each site's count of nonzero inputs, in the layout's grouped order.
     nonzero: list[torch.Tensor] = field(default_factory=list)
-    # Per group of sites of one shape, each unit's largest and smallest output over the batch
+    # Per group of sites (SiteLayout), each unit's largest and smallest output over the batch
     # ((units...) for a lone site, (sites, units...) for several; a channel is one unit).
     unit_max: list[torch.Tensor] = field(default_factory=list)
     unit_min: list[torch.Tensor] = field(default_factory=list)
@@ -151,9 +170,9 @@ class MetricRow:
     def record_activations(self, loss: torch.Tensor, calls: list) -> None:
         """The loss, and each activation call's (input, output), in its sites' order: each
         site's count of nonzero inputs (one full count a site: faster than any count along a
-        dimension), and per group of sites of one shape each unit's extremes over the batch
-        (and, for a channel, its positions: unit_dims), two reductions of the stacked outputs
-        for the group."""
+        dimension), and per group of sites (SiteLayout) each unit's extremes over the batch
+        (and, for a channel, its positions: unit_dims), reduced from the group's outputs
+        stacked."""
         self.loss = loss.detach()
         if self.layout is None or self.layout.shapes != shapes_of(calls):
             self.layout = SiteLayout(calls)
@@ -165,8 +184,8 @@ class MetricRow:
             else:
                 post = torch.stack([calls[site][1] for site in sites])  # (sites, batch, ...)
                 dims = tuple(d + 1 for d in unit_dims(post.dim() - 1))
-            self.unit_max.append(post.amax(dim=dims))
-            self.unit_min.append(post.amin(dim=dims))
+            self.unit_max.append(per_unit(post, dims, torch.amax))
+            self.unit_min.append(per_unit(post, dims, torch.amin))
         self.nonzero = [torch.count_nonzero(calls[site][0]) for site in layout.grouped]
         return layout
 
