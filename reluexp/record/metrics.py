@@ -36,9 +36,9 @@ def unit_dims(dim: int) -> tuple[int, ...]:
 def per_unit(post: torch.Tensor, dims: tuple[int, ...], reduce: Callable) -> torch.Tensor:
     """reduce (torch.amax or torch.amin) of `post` over `dims` (the batch, then positions):
     over the batch first, an elementwise reduction of contiguous examples, then over each
-    channel's positions. One reduction over all of them is up to 20x slower for small images
-    ((128, 32, 4, 4): 222 us against 11, one thread) and within 15% either way for larger ones
-    (benchmarks/RESULTS.md, depth). Exact either way: an extreme does not depend on the order."""
+    channel's positions. One reduction over all of them was up to 20x slower for small images
+    ((128, 32, 4, 4): 222 us against 11, one thread, measured alone) and within a fifth either
+    way for larger ones. Exact either way: an extreme does not depend on the order."""
     batch, *positions = dims
     reduced = reduce(post, dim=batch)
     return reduce(reduced, dim=tuple(d - 1 for d in positions)) if positions else reduced
