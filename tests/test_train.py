@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -255,6 +256,53 @@ def test_site_statistics_are_their_definitions_however_the_sites_are_grouped():
         assert values[f"units/{name}/exact_zeros"] == (pre == 0).sum() > 0
         assert values[f"units/{name}/output_max"] == post.max()
         assert values[f"units/{name}/output_min"] == post.min()
+
+
+def test_a_smaller_last_batch_keeps_the_grouping_of_the_sites():
+    # Two sites of 128 x 300 elements are each reduced alone (over STACKED_ELEMENTS); in a last
+    # batch of 100 they are small enough to stack, but a block's rows must be grouped alike:
+    # the last batch keeps the first's grouping and every value is still its definition.
+    generator = torch.Generator().manual_seed(1)
+    batches = [
+        [(pre, pre.clamp(min=0)) for pre in torch.randn(2, n, 300, generator=generator).round()]
+        for n in (128, 100)
+    ]
+    stream = MetricStream(["w"], [("act0", 300), ("act1", 300)], {})
+    for step, calls in enumerate(batches):
+        row = stream.new_row()
+        row.record_activations(torch.tensor(0.0), calls)
+        row.record_grad_norms([torch.ones(1)])
+        row.record_weight_norms([torch.ones(1)])
+        stream.end_row(step, row)
+    assert row.layout.groups == [[0], [1]]
+    rows = [dict(zip(stream.tags, values)) for values in stream.flush().rows]
+    for values, calls in zip(rows, batches):
+        for i, (pre, post) in enumerate(calls):
+            assert values[f"units/act{i}/exact_zeros"] == (pre == 0).sum()
+            assert values[f"units/act{i}/output_max"] == post.max()
+            assert values[f"units/act{i}/output_min"] == post.min()
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        # A third call, of another shape: the count is what changed.
+        ([(3, 4), (3, 4), (3, 5)], "the model called its activation 3 times at step 1, 2 times"),
+        # Two sites stacked at step 0, one of them another shape at step 1.
+        ([(3, 4), (3, 5)], "the shapes the model's activation sites take changed at step 1"),
+    ],
+)
+def test_a_forward_that_calls_its_sites_otherwise_is_refused_by_name(shapes, message):
+    stream = MetricStream(["w"], [("act0", 4), ("act1", 4)], {})
+    for step, site_shapes in enumerate([[(3, 4), (3, 4)], shapes]):
+        row = stream.new_row()
+        calls = [(torch.ones(shape), torch.ones(shape)) for shape in site_shapes]
+        row.record_activations(torch.tensor(0.0), calls)
+        row.record_grad_norms([torch.ones(1)])
+        if step == 0:
+            stream.end_row(step, row)
+    with pytest.raises(RuntimeError, match=f"^{re.escape(message)}"):
+        stream.end_row(step, row)
 
 
 @pytest.mark.parametrize(

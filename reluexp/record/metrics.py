@@ -125,15 +125,28 @@ class SiteLayout:
     shape (and device), such as every hidden layer of an MLP of one width, and each larger
     site alone (STACKED_ELEMENTS); the groups in the sites' order of first appearance, and
     each site's input elements. Found from the first recorded forward, again for one whose
-    shapes differ (a smaller last batch); every forward must group the sites alike."""
+    shapes differ (a smaller last batch), which keeps the `previous` grouping where its
+    groups' sites still share a shape: a block's rows must be grouped alike (and a smaller
+    batch could bring a site under STACKED_ELEMENTS)."""
 
-    def __init__(self, calls: list[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(
+        self,
+        calls: list[tuple[torch.Tensor, torch.Tensor]],
+        previous: "SiteLayout | None" = None,
+    ):
         self.shapes = shapes_of(calls)
-        by_shape: dict[object, list[int]] = {}
-        for site, (shape, device) in enumerate(self.shapes):
-            stacked = shape.numel() <= STACKED_ELEMENTS
-            by_shape.setdefault((shape, device) if stacked else site, []).append(site)
-        self.groups = list(by_shape.values())
+        if (
+            previous is not None
+            and len(previous.shapes) == len(self.shapes)
+            and all(len({self.shapes[site] for site in group}) == 1 for group in previous.groups)
+        ):
+            self.groups = previous.groups
+        else:
+            by_shape: dict[object, list[int]] = {}
+            for site, (shape, device) in enumerate(self.shapes):
+                stacked = shape.numel() <= STACKED_ELEMENTS
+                by_shape.setdefault((shape, device) if stacked else site, []).append(site)
+            self.groups = list(by_shape.values())
         # Sites in the groups' order, and each one's input elements in that order.
         self.grouped = [site for group in self.groups for site in group]
         self.elements = [calls[site][0].numel() for site in self.grouped]
@@ -175,7 +188,7 @@ class MetricRow:
         stacked."""
         self.loss = loss.detach()
         if self.layout is None or self.layout.shapes != shapes_of(calls):
-            self.layout = SiteLayout(calls)
+            self.layout = SiteLayout(calls, self.layout)
         layout = self.layout
         for sites in layout.groups:
             if len(sites) == 1:
@@ -256,6 +269,13 @@ class MetricStream:
 
     def end_row(self, step: int, row: MetricRow) -> None:
         calls = len(row.nonzero)
+        if calls != len(self.sites):
+            raise RuntimeError(
+                f"the model called its activation {calls} times at step {step}, "
+                f"{len(self.sites)} times on the probe it was built with; the streamed sites "
+                "are those of the probe (a model that calls it a varying number of times "
+                "cannot be streamed)"
+            )
         if self.layout is None:
             self.layout = row.layout
         elif row.layout is not self.layout and row.layout.groups != self.layout.groups:
@@ -263,13 +283,6 @@ class MetricStream:
                 f"the shapes the model's activation sites take changed at step {step}: one "
                 "site's shape changed, another's did not (their statistics are reduced "
                 "together by shape)"
-            )
-        if calls != len(self.sites):
-            raise RuntimeError(
-                f"the model called its activation {calls} times at step {step}, "
-                f"{len(self.sites)} times on the probe it was built with; the streamed sites "
-                "are those of the probe (a model that calls it a varying number of times "
-                "cannot be streamed)"
             )
         self.rows.append(row)
         self.steps.append(step)
