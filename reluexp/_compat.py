@@ -14,10 +14,17 @@ nothing to fill in. What apply then does (torch 2.3 to 2.13, torch/autograd/func
 outside functorch transforms (vmap, grad), unwrap dead functorch wrappers and call the C++
 apply of the Function's base class; inside them, its own path. That needs two internals:
 `torch._C._are_functorch_transforms_active` and `torch._functorch.utils.unwrap_dead_wrappers`.
+
+torch._foreach_norm (torch/_foreach ops, what torch.nn.utils.clip_grad_norm_ calls) takes a list
+of tensors and, with dtype=torch.float64, accumulates each one's norm in float64 (the CUDA
+kernel's partial sums are of the output's type): on an accelerator one multi-tensor launch for
+every parameter instead of a float64 copy and a dot product each. float64_norms() falls back to
+torch.linalg.vector_norm with the same dtype, one per tensor.
 """
 
 import importlib
 import itertools
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -67,6 +74,31 @@ class ApplyWithoutBinding:
             return super().apply(*args)
         args = internals.unwrap_dead_wrappers(args)
         return super(torch.autograd.Function, cls).apply(*args)
+
+
+def foreach_float64_norm() -> Callable[..., list[torch.Tensor]] | None:
+    """torch._foreach_norm, if it takes a dtype and accumulates in it: a tensor whose squares
+    overflow float32 keeps its finite norm."""
+    try:
+        probe = torch.full((2,), 3e19)
+        (norm,) = torch._foreach_norm([probe], 2, dtype=torch.float64)
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+    fits = norm.dtype == torch.float64 and math.isclose(
+        norm.item(), probe[0].item() * math.sqrt(2), rel_tol=1e-12
+    )
+    return torch._foreach_norm if fits else None
+
+
+FOREACH_FLOAT64_NORM = foreach_float64_norm()
+
+
+def float64_norms(vectors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's 2-norm accumulated in float64 (finite wherever the norm is), 0-d float64
+    tensors on the tensors' device, read by nothing on the host."""
+    if FOREACH_FLOAT64_NORM is None:
+        return [torch.linalg.vector_norm(v, dtype=torch.float64) for v in vectors]
+    return list(FOREACH_FLOAT64_NORM(vectors, 2, dtype=torch.float64))
 
 
 def import_dynamo_outside_vmap() -> None:

@@ -101,3 +101,32 @@ def test_hydras_grid_split_is_as_relied_on_and_the_copy_agrees():
         ["seed=3", "activation=relu", "lr=0.001"],
         ["seed=4", "activation=myrelu", "lr=0.001"],
     ]
+
+
+def test_torchs_multi_tensor_norm_is_as_relied_on():
+    if _compat.FOREACH_FLOAT64_NORM is None:
+        pytest.fail(
+            f"torch {torch.__version__}: torch._foreach_norm takes no dtype or does not "
+            "accumulate in it; accelerator runs fall back to one vector_norm per parameter "
+            "(slower): update reluexp/_compat.py"
+        )
+
+
+@pytest.mark.parametrize("multi_tensor", [True, False])
+def test_float64_norms_are_the_float64_norms_either_way(monkeypatch, multi_tensor):
+    # Squares that overflow float32, squares below its normal range, an ordinary tensor and a
+    # float64 one: each norm as the dot product of the tensor in float64 gives it.
+    if not multi_tensor:
+        monkeypatch.setattr(_compat, "FOREACH_FLOAT64_NORM", None)
+    generator = torch.Generator().manual_seed(0)
+    vectors = [
+        torch.full((1000,), 1e20),
+        torch.full((1000,), 1e-25),
+        torch.randn(5000, generator=generator),
+        torch.randn(7, generator=generator, dtype=torch.float64),
+    ]
+    norms = _compat.float64_norms(vectors)
+    assert [norm.dtype for norm in norms] == [torch.float64] * 4
+    expected = [torch.dot(v.double(), v.double()).sqrt().item() for v in vectors]
+    assert [norm.item() for norm in norms] == pytest.approx(expected, rel=1e-12)
+    assert norms[0].item() == pytest.approx(vectors[0][0].item() * 1000**0.5, rel=1e-12)
