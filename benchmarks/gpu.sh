@@ -17,13 +17,18 @@
 # Then, there, with .whl carried: bash benchmarks/gpu.sh
 set -uo pipefail
 out=${OUT:-/tmp/reluexp-gpu}
+# Before anything is installed: on a machine without CUDA, one line and nothing changed.
+python3 -c "
+import sys, torch
+if not torch.cuda.is_available():
+    sys.exit(f'benchmarks/gpu.sh: torch {torch.__version__} sees no CUDA device here')
+print(torch.__version__, torch.cuda.get_device_name())" || exit 1
 mkdir -p "$out"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps .whl/*.whl || exit 1
 fi
 # No index there: the installed setuptools builds the editable install.
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
-python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" || exit 1
 export PYTHONUNBUFFERED=1
 python3 -m pytest -m gpu -o addopts="" -q tests/test_cuda.py 2>&1 | tee "$out/tests.log"
 python3 -m benchmarks.depth --device cuda --repetitions 5 --steps 300 2>&1 | tee "$out/depth.log"

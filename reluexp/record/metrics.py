@@ -200,7 +200,6 @@ class MetricRow:
             self.unit_max.append(per_unit(post, dims, torch.amax))
             self.unit_min.append(per_unit(post, dims, torch.amin))
         self.nonzero = [torch.count_nonzero(calls[site][0]) for site in layout.grouped]
-        return layout
 
     def record_grad_norms(self, params: list[torch.Tensor]) -> None:
         """Each parameter's gradient's squared norm (0 where the loss does not reach it)."""
