@@ -654,3 +654,27 @@ def test_a_job_directory_name_fits_a_file_name_and_stays_distinct():
     assert all(len(name.encode()) <= 255 and name.startswith("007_+activation") for name in names)
     assert names[0] != names[1]
     names[0].encode().decode()  # cut on a character boundary
+
+
+def test_a_job_directory_stays_one_level_whatever_a_value_holds():
+    """A `/` in an override's value (an absolute data.root) reads as U+2215, not a subfolder."""
+    name = job_dir_name(0, "data.root=/data/cifar-10-batches-bin,seed=1")
+    assert "/" not in name and name == "000_data.root=\u2215data\u2215cifar-10-batches-bin,seed=1"
+
+
+def test_a_sweep_over_a_path_reports_every_job(tmp_path):
+    """A relative or absolute path in an override: every job found, reported and finished."""
+    import numpy as np
+
+    (tmp_path / "sub").mkdir()
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(60, 8)).astype("float32"), rng.integers(0, 3, 60)
+    np.savez(tmp_path / "sub" / "f.npz", x=x, y=y)
+    paths = f"data.path=sub/f.npz,{tmp_path}/sub/f.npz"
+    sweep_dir, result = sweep(tmp_path, "data=file", paths, "seed=0,1", "steps=3")
+    assert [p.name[:3] for p in sorted(sweep_dir.iterdir()) if p.name[0].isdigit()] == [
+        "000", "001", "002", "003",
+    ]  # fmt: skip
+    assert "sweep ended, 4 jobs: completed 4." in result.stderr
+    assert [job.summary.status for job in find_jobs(sweep_dir)] == ["completed"] * 4
+    assert "data.path=sub/f.npz" in (sweep_dir / "summary.md").read_text()

@@ -4,6 +4,10 @@ job's number from what Hydra recorded (.hydra/hydra.yaml), not from its name."""
 
 import hashlib
 
+# A `/` in an override's value (data.root=/data/cifar) would nest the job a level down, where
+# its sweep's report does not look: it reads as the division slash U+2215 instead.
+SLASH = "\u2215"
+
 # The longest file name most file systems take, in bytes (NAME_MAX).
 NAME_MAX = 255
 
@@ -14,9 +18,10 @@ def job_prefix(number: int | str) -> str:
 
 
 def job_dir_name(number: int | str, overrides: str) -> str:
-    """`003_lr=0.1,seed=1`: job `number`'s directory name. Overrides too long for one file name
-    are cut, with a hash of the whole so that names stay distinct: `003_lr=...~1a2b3c4d`."""
-    name = f"{job_prefix(number)}_{overrides}"
+    """`003_lr=0.1,seed=1`: job `number`'s directory name, one level whatever the overrides
+    hold (a `/` reads as `\u2215`). Overrides too long for one file name are cut, with a hash of
+    the whole so that names stay distinct: `003_lr=...~1a2b3c4d`."""
+    name = f"{job_prefix(number)}_{overrides.replace('/', SLASH)}"
     if len(name.encode()) <= NAME_MAX:
         return name
     digest = "~" + hashlib.sha256(overrides.encode()).hexdigest()[:8]
