@@ -249,12 +249,20 @@ def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
     line = f"reluexp: {summary.status}"
     if summary.steps_done is not None:
         line += f" after {summary.steps_done} steps"
+    notes = []
+    if summary.status == "diverged" and summary.diverged_on:
+        notes.append(f"non-finite {summary.diverged_on} at step {summary.diverged_at_step}")
+    if summary.skipped_steps:
+        notes.append(
+            f"fp16's gradient scaler skipped {summary.skipped_steps} of "
+            f"{summary.recorded_steps} recorded steps"
+        )
+    if notes:
+        line += f" ({'; '.join(notes)})"
     if summary.status == "failed":
         log_file = shown_path(run_dir / "reluexp.log")
         line += f": {summary.error}. Run dir: {shown} (traceback in {log_file})."
     else:
-        if summary.status == "diverged" and summary.diverged_on:
-            line += f" (non-finite {summary.diverged_on} at step {summary.diverged_at_step})"
         line += f", {final_loss_text(summary)}. Run dir: {shown}."
     if summary.warnings:
         line += f" Warnings: {'; '.join(summary.warnings)}."

@@ -3,6 +3,7 @@
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from reluexp.record.metrics import squared_norm
 from reluexp.run import loop, runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
 from tests.helpers import (
+    REPO_ROOT,
     SMALL,
     STEPS,
     RaisesAtStep50,
@@ -419,7 +421,10 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
             {"scale": 1024.0},
             "'s scaler is not the gradient scaler's state precision=fp16 keeps (none else)",
         ),
-        (["format"], 1, " was written by another version of reluexp (format 1, this one reads"),
+        (["format"], 1, " was written by reluexp 0.3.0 (format 1); reluexp 0.3.0 reads format 7"),
+        # A format is a whole number: 6.0 is none a release wrote (it was taken as 6).
+        (["format"], 6.0, " was written by reluexp 0.3.0 (format 6.0); reluexp 0.3.0 reads"),
+        (["format"], 8, " was written by reluexp 0.3.0 (format 8); reluexp 0.3.0 reads format 7"),
     ],
 )
 def test_a_checkpoint_that_makes_no_sense_is_refused_before_training(
@@ -502,3 +507,25 @@ def test_resuming_into_a_read_only_directory_is_one_line(tmp_path):
         "(Read-only file system)"
     )
     assert after == before
+
+
+def test_a_run_a_format_6_release_interrupted_resumes_to_the_uninterrupted_loss(tmp_path):
+    """tests/checkpoints/format6: reluexp 0.2.0's checkpoint (fp16 with SGD, SIGTERM at step 20
+    of 40). Upgraded to this format, it resumes and ends where a run that was never
+    interrupted ends (bit for bit on the machine that wrote it; the first 20 steps' float32
+    rounding depends on the CPU's instruction set, so within float16's rounding here)."""
+    run_dir = shutil.copytree(REPO_ROOT / "tests" / "checkpoints" / "format6", tmp_path / "run")
+    before = summary(run_dir)
+    assert (before["status"], before["steps_done"], before["versions"]["reluexp"]) == (
+        "interrupted",
+        20,
+        "0.2.0",
+    )
+    assert torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["format"] == 6
+    resumed = runner.resume(run_dir)
+    fresh = runner.run(config_from_dict(before["config"]), tmp_path / "fresh")
+    assert (resumed.status, resumed.steps_done) == ("completed", 40)
+    assert resumed.final_loss == pytest.approx(fresh.final_loss, rel=1e-3)
+    assert resumed.final_loss != before["final_loss"]
+    # Counted from the resume on: format 6 kept no count.
+    assert resumed.summary.recorded_steps == 20

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from reluexp.cli import closing_line
 from reluexp.config import Config, ConfigError
 from reluexp.record import tags
 from reluexp.record.events import read_scalars
@@ -195,3 +196,38 @@ def test_fp16_skips_the_steps_whose_gradients_overflow_and_streams_the_true_norm
     loss.backward()
     assert grads[taken] == pytest.approx(start.w1.grad.norm().item(), rel=1e-2)
     assert all(math.isfinite(v) for v in streamed["loss/train"].values())
+    # Every skipped step counted: the summary, and the running count as a tag.
+    totals = read_scalars(tmp_path, [tags.GRAD_NORM_TOTAL])[tags.GRAD_NORM_TOTAL]
+    skipped = [not math.isfinite(totals[step]) for step in range(30)]
+    assert (result.summary.skipped_steps, result.summary.recorded_steps) == (sum(skipped), 30)
+    counts = read_scalars(tmp_path, [tags.SKIPPED_STEPS])[tags.SKIPPED_STEPS]
+    assert [counts[step] for step in range(30)] == [sum(skipped[: s + 1]) for s in range(30)]
+
+
+@pytest.mark.parametrize("target", ["reluexp.functions.MyReLU", "tests.helpers.NanGradientRelu"])
+def test_an_fp16_run_whose_steps_were_all_skipped_diverged_and_says_so(composed, tmp_path, target):
+    """58: the article's gradients overflow float16 at any scale the scaler reaches in 20 steps
+    (and a NaN backward's always do): no step was taken, so no `completed` and no lr advice."""
+    config = composed("precision=fp16", "optimizer=sgd", "steps=20")
+    config.activation.target = target
+    result = runner.run(config, tmp_path)
+    summary = result.summary
+    assert (result.status, summary.diverged_on, summary.diverged_at_step) == (
+        "diverged",
+        "gradients in float16",
+        19,
+    )
+    assert (summary.skipped_steps, summary.recorded_steps, summary.steps_done) == (20, 20, 20)
+    assert not any("lr" in warning for warning in summary.warnings)
+    counts = read_scalars(tmp_path, [tags.SKIPPED_STEPS])[tags.SKIPPED_STEPS]
+    assert list(counts.items()) == [(step, step + 1) for step in range(20)]
+    assert closing_line(tmp_path).startswith(
+        "reluexp: diverged after 20 steps (non-finite gradients in float16 at step 19; fp16's "
+        "gradient scaler skipped 20 of 20 recorded steps), final loss "
+    )
+
+
+def test_fp32_records_no_skipped_steps(composed, tmp_path):
+    result = runner.run(composed("steps=5", "data.d_in=50"), tmp_path)
+    assert (result.summary.skipped_steps, result.summary.recorded_steps) == (None, 5)
+    assert tags.SKIPPED_STEPS not in scalars(tmp_path)

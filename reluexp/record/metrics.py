@@ -100,6 +100,11 @@ class Block:
     evaluation_steps: list[int] = field(default_factory=list)
     evaluations: list[list[float]] = field(default_factory=list)
 
+    def with_column(self, tag: str, values: list[float]) -> "Block":
+        """The block with one more tag, a value per row."""
+        rows = [[*row, value] for row, value in zip(self.rows, values)]
+        return replace(self, tags=[*self.tags, tag], rows=rows)
+
     def first(self, n: int) -> "Block":
         """The block's first n rows (its validation passes all kept)."""
         if n == len(self.rows):

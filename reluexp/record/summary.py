@@ -57,6 +57,11 @@ class RunSummary:
     # steps/s compare runs only on a machine that was not busier than its cores.
     load_average: float | None = None
     cores: int | None = None
+    # Steps whose metrics were recorded (every log_every-th, the print steps and the last),
+    # and under precision=fp16 those of them the gradient scaler skipped (gradients that
+    # overflowed float16); null otherwise.
+    recorded_steps: int | None = None
+    skipped_steps: int | None = None
     diverged_at_step: int | None = None
     # What became non-finite there: `loss`, `gradient norm of w1`, `norm of w2`, ...
     diverged_on: str | None = None

@@ -10,6 +10,8 @@ import re
 LOSS = "loss/train"
 # The lr a step's update used, where a schedule changes it.
 LR = "optimizer/lr"
+# Under precision=fp16: the recorded steps so far that the gradient scaler skipped.
+SKIPPED_STEPS = "optimizer/skipped_steps"
 # A parameter's gradient norm (before the step's update) and its own norm (after it):
 # `norm/grad_w1`, `norm/weight_w1`.
 GRAD_NORM_PREFIX, WEIGHT_NORM_PREFIX = "norm/grad_", "norm/weight_"

@@ -10,14 +10,28 @@ from typing import Any
 
 import torch
 
+import reluexp
 from reluexp.config import ConfigError
+from reluexp.record.summary import RunSummary, SummaryError
 from reluexp.record.whole import write_whole
 from reluexp.run.rundir import CHECKPOINT_NAME
 
-# What a checkpoint's fields are: a checkpoint of another format is refused, not misread
-# (5: the optimizer a group of settings, its state in parameter groups; 6: the gradient
-# scaler's state, precision=fp16's).
-CHECKPOINT_FORMAT = 6
+# What a checkpoint's fields are (5: the optimizer a group of settings, its state in parameter
+# groups; 6: the gradient scaler's state, precision=fp16's; 7: the outcome's count of recorded
+# and skipped steps). An earlier format is upgraded one format at a time (UPGRADES), a later
+# or unknown one refused, not misread.
+CHECKPOINT_FORMAT = 7
+
+
+def from_format_6(payload: dict[str, Any]) -> dict[str, Any]:
+    """Format 6 -> 7: steps recorded and skipped by fp16's gradient scaler are counted from
+    the resume on (format 6 kept no count)."""
+    payload["outcome"] = {**payload["outcome"], "recorded_steps": 0, "skipped_steps": 0}
+    return payload
+
+
+# format -> its upgrade to the next format.
+UPGRADES = {6: from_format_6}
 
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
@@ -66,10 +80,25 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(payload, dict) or not {"step", "model", "config"} <= payload.keys():
         raise ConfigError(f"resume={run_dir}: {CHECKPOINT_NAME} is not a reluexp checkpoint")
-    if payload.get("format") != CHECKPOINT_FORMAT:
+    found = payload.get("format", 1)
+    # A format is a whole number: 6.0 or True is no format a release wrote.
+    if type(found) is not int or (found != CHECKPOINT_FORMAT and found not in UPGRADES):
         raise ConfigError(
-            f"resume={run_dir}: {CHECKPOINT_NAME} was written by another version of reluexp "
-            f"(format {payload.get('format', 1)!r}, this one reads {CHECKPOINT_FORMAT}); resume "
-            "it with that version"
+            f"resume={run_dir}: {CHECKPOINT_NAME} was written by {writer(run_dir)} (format "
+            f"{found!r}); reluexp {reluexp.__version__} reads format {CHECKPOINT_FORMAT} and "
+            f"upgrades {', '.join(map(str, sorted(UPGRADES)))}: resume it with the version "
+            "that wrote it"
         )
+    while payload["format"] != CHECKPOINT_FORMAT:
+        payload = UPGRADES[payload["format"]](payload)
+        payload["format"] += 1
     return payload
+
+
+def writer(run_dir: Path) -> str:
+    """The version of reluexp its summary.json says wrote the run, as words."""
+    try:
+        version = (RunSummary.read(run_dir).versions or {}).get("reluexp")
+    except SummaryError:
+        version = None
+    return f"reluexp {version}" if version else "another version of reluexp"

@@ -18,6 +18,9 @@ STALL_FRACTION = 0.01
 STALL_STEPS = 2
 # Where an optimizer's lr usually lies: said beside its steps' size when the lr is below it.
 USUAL_LR = {Optimizer.adam: (1e-4, 1e-2)}
+# A run whose recorded steps fp16's gradient scaler skipped at least this fraction of never
+# trained: its gradients overflow float16 whatever the scale. It ends diverged.
+NEARLY_ALL_SKIPPED = 0.9
 # Steps that together move the weights by less than this fraction of their norm: a warning, with
 # their size (a manual or SGD step's size depends on the data and the loss, so it is measured).
 SMALL_MOVE = 1e-2
@@ -55,6 +58,10 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     # The largest relative step of the update recorded (take_step_sizes).
     largest_step: float = 0.0
+    # Recorded steps, and those of them that fp16's gradient scaler skipped (gradients that
+    # overflowed float16: non-finite once unscaled).
+    recorded_steps: int = 0
+    skipped_steps: int = 0
     # The last recorded step's row (for the size of a step), not checkpointed.
     last_row: dict[str, float] = field(default_factory=dict, repr=False)
 
@@ -98,13 +105,37 @@ class Outcome:
                 if config.stop_on_divergence:
                     kept = i + 1
                     break
-        block = block.first(kept)
+        block = self.count_skipped(block.first(kept), config.precision == Precision.fp16)
         self.final_loss = block.rows[-1][loss]
         self.take_step_sizes(block, config)
         self.last_row = dict(zip(streamed, block.rows[-1]))
         if block.steps[0] == 0:
             self.first_loss = block.rows[0][loss]
         return block
+
+    def count_skipped(self, block: Block, fp16: bool) -> Block:
+        """Counts the block's recorded steps and, under fp16, those its gradient scaler skipped
+        (a non-finite gradient once unscaled: the scaler's own rule), streamed as their running
+        count."""
+        self.recorded_steps += len(block.rows)
+        if not fp16:
+            return block
+        total = block.tags.index(tags.GRAD_NORM_TOTAL)
+        counts = []
+        for row in block.rows:
+            self.skipped_steps += not math.isfinite(row[total])
+            counts.append(self.skipped_steps)
+        return block.with_column(tags.SKIPPED_STEPS, counts)
+
+    def check_skipped(self, last_step: int) -> None:
+        """A run whose recorded steps fp16's gradient scaler (nearly) all skipped has not
+        trained: it diverged, at its last step."""
+        if (
+            self.diverged_at is None
+            and self.recorded_steps
+            and self.skipped_steps >= NEARLY_ALL_SKIPPED * self.recorded_steps
+        ):
+            self.diverged_at, self.diverged_on = last_step, "gradients in float16"
 
     def take_evaluations(self, block: Block) -> None:
         """The block's validation passes: the last values and the best accuracy."""

@@ -286,6 +286,7 @@ def train_to_the_end(training: Training, summary: RunSummary) -> None:
 def record_the_end(training: Training, summary: RunSummary) -> RunResult:
     """A run that trained to its last step, or to a divergence: its outcome, its warnings."""
     state, outcome = training.state, training.state.outcome
+    outcome.check_skipped(state.step - 1)
     status = "completed" if outcome.diverged_at is None else "diverged"
     if status == "completed":
         said = len(outcome.warnings)
@@ -329,6 +330,10 @@ def finish(training: Training, summary: RunSummary, status: str) -> None:
         min_loss=outcome.min_loss,
         wall_time_s=state.wall_time_s,
         steps_per_s=executed_steps / segment_time if segment_time > 0 else None,
+        recorded_steps=outcome.recorded_steps,
+        skipped_steps=outcome.skipped_steps
+        if training.config.precision == Precision.fp16
+        else None,
         **outcome.evaluation,
     )
     events = training.recorder.events
