@@ -364,3 +364,39 @@ def test_the_lab_trains_its_parity_pair_in_the_configured_model():
     assert parity.detail.startswith("float64 runs beside its own forward differentiated")
     twin = report.facts["training"]["float64 twin"]
     assert twin["steps"] == 50 and math.isfinite(twin["final_loss"])
+
+
+@pytest.mark.parametrize(
+    ("input_shape", "depth", "widths"),
+    [((3, 32, 32), 20, [16, 32, 64]), ((1, 8, 8), 8, [4, 6, 10]), ((3, 7, 5), 14, [2, 3])],
+)
+def test_a_resnets_size_is_known_from_its_shape_before_it_is_built(input_shape, depth, widths):
+    """58: the memory pre-check counts a ResNet's parameters and activation outputs from its
+    depth and widths, as the built model has them (odd image sides included)."""
+    from reluexp.run.resnet import ResNet, resnet_sizes
+
+    model = ResNet(input_shape, 10, depth, widths, torch.nn.ReLU)
+    elements = []
+    hooks = [
+        module.register_forward_hook(lambda _, __, out: elements.append(out[0].numel()))
+        for module in model.modules()
+        if isinstance(module, torch.nn.ReLU)
+    ]
+    model(torch.zeros(1, *input_shape))
+    for hook in hooks:
+        hook.remove()
+    parameters = sum(p.numel() for p in model.parameters())
+    assert resnet_sizes(input_shape, 10, depth, widths) == (parameters, sum(elements))
+
+
+def test_a_resnet_too_deep_for_the_machine_is_one_line_before_it_is_built(tmp_path):
+    """58: model.depth=6000002 (a valid 6n + 2) grew the process to the machine's memory."""
+    result = run_cli(
+        "model=resnet", "data=digits", "model.depth=6000002", cwd=tmp_path, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "reluexp: error: data=digits (1797 examples of 64 inputs, 10 outputs), "
+        "model.depth=6000002 (97215977786 parameters): needs at least "
+    )
+    assert len(result.stderr.splitlines()) == 1 and not (tmp_path / "outputs").exists()

@@ -5,6 +5,7 @@ import torch
 
 from reluexp.config import Config, ConfigError, ModelName
 from reluexp.run.model import Built
+from reluexp.run.resnet import resnet_sizes
 
 
 def resolve_device(name: str) -> torch.device:
@@ -49,13 +50,15 @@ def check_memory(
     device: torch.device,
     data_sizes: tuple[int, int, int] | None = None,
     built: Built | None = None,
+    input_shape: tuple[int, ...] | None = None,
 ) -> None:
     """Refuse sizes whose tensors cannot fit before allocating them (a lower bound of a step's
     peak: data, parameters with their gradients and optimizer state, each activation's input,
     output and gradient). Called before the model is built, with the data and the MLP's
     weights (the config gives their sizes), and once it is, with any other model's parameters
-    and the activations its probe saw. data_sizes: real data's examples, input and output
-    sizes; the random data's come from the config."""
+    and the activations its probe saw; a ResNet is counted before it is built, from its depth
+    and widths and `input_shape` (an example's). data_sizes: real data's examples, input and
+    output sizes; the random data's come from the config."""
     mlp = config.model.name == ModelName.mlp
     if built is not None and mlp:  # counted before it was built
         return
@@ -76,6 +79,13 @@ def check_memory(
         shown += f", the model's {sum(p.numel() for p in built.model.parameters())} parameters"
         parameters = sum(p.numel() for p in built.model.parameters())
         activations = batch * (sum(site.elements for site in built.sites) + d_out)
+    elif (
+        config.model.name == ModelName.resnet and input_shape is not None and len(input_shape) == 3
+    ):
+        model = config.model
+        parameters, per_example = resnet_sizes(input_shape, d_out, model.depth, model.hidden)
+        shown += f", model.depth={model.depth} ({parameters} parameters)"
+        activations = batch * (per_example + d_out)
     else:
         parameters = activations = 0
     elements += 4 * parameters + 3 * activations

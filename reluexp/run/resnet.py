@@ -6,6 +6,8 @@ the width, the shortcut is the paper's option A (subsampled, zero channels added
 parameters). The configured activation stands at every place the paper puts a ReLU, each its
 own Module."""
 
+import math
+
 import torch
 from torch import nn
 
@@ -74,3 +76,24 @@ class ResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = self.stages(self.stem(x))
         return self.head(features.mean(dim=(2, 3)))
+
+
+def resnet_sizes(
+    input_shape: tuple[int, ...], d_out: int, depth: int, widths: list[int]
+) -> tuple[int, int]:
+    """What ResNet(input_shape, d_out, depth, widths, ...) would hold, from its shape alone: its
+    parameters, and its activations' output elements per example (the memory pre-check's
+    count, before anything is built)."""
+    channels, height, width = input_shape
+    blocks = (depth - 2) // 6
+    parameters = 9 * channels * widths[0] + 2 * widths[0]  # the stem's convolution and BN
+    elements = widths[0] * height * width
+    in_channels = widths[0]
+    for stage, out_channels in enumerate(widths):
+        for block in range(blocks):
+            if stage > 0 and block == 0:  # a 3x3 convolution of stride 2, padding 1
+                height, width = math.ceil(height / 2), math.ceil(width / 2)
+            parameters += 9 * out_channels * (in_channels + out_channels) + 4 * out_channels
+            elements += 2 * out_channels * height * width
+            in_channels = out_channels
+    return parameters + in_channels * d_out + d_out, elements

@@ -101,7 +101,12 @@ def prepare(
         surrogate_of(settings.surrogate, settings.params, "activation.surrogate")
     arrays = read_data(config)
     sizes = None if arrays is None else data_sizes(arrays)
-    check_memory(config, device, sizes)
+    check_memory(
+        config,
+        device,
+        sizes,
+        input_shape=None if arrays is None else tuple(arrays[0].shape[1:]),
+    )
     data, generator = seeded_data(config, arrays)
     probe = data.inputs(data.x[:PROBE_EXAMPLES])
     built = build_model(config, (probe, data.d_out), activation, generator)
