@@ -31,6 +31,7 @@ from reluexp.hydra_glue import (
     hydra_quoted_resume,
     one_line,
     raised_by_hydra,
+    search_space_advice,
     versions_line,
 )
 from reluexp.preflight import Started, start_run, start_sweep
@@ -443,12 +444,16 @@ def app() -> None:
         print(STOPPED_AT_START_UP, file=sys.stderr)
         sys.exit(START_UP.exit_code)
     except COMPOSITION_ERRORS as error:
-        print(f"reluexp: error: {one_line(error)}", file=sys.stderr)
+        advice = search_space_advice(sys.argv[1:])
+        print(f"reluexp: error: {one_line(error)}{advice}", file=sys.stderr)
         sys.exit(2)
-    except ValueError as error:
+    except (ValueError, AssertionError) as error:
         if not raised_by_hydra(error):
             raise
-        print(f"reluexp: error: {error}", file=sys.stderr)  # `-m --cfg job`
+        # `-m --cfg job`; OmegaConf's assertion on a key under a null node
+        # (hydra.sweeper.params.lr=... where the sweeper's params are null).
+        advice = search_space_advice(sys.argv[1:])
+        print(f"reluexp: error: {one_line(error)}{advice}", file=sys.stderr)
         sys.exit(2)
     except OSError as error:  # Hydra writing the run's own files (a full or read-only disk)
         where = f" {error.filename}" if error.filename else ""

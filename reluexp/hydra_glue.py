@@ -14,8 +14,10 @@ from datetime import datetime
 from enum import Enum
 from importlib import metadata, resources
 from pathlib import Path
+from typing import Any
 
 import hydra
+import omegaconf
 import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
@@ -174,13 +176,40 @@ def hydra_quoted_resume(arg: str) -> str:
 
 
 def raised_by_hydra(error: BaseException) -> bool:
-    """The error comes from Hydra's own code (its checks of the command line's flags, such as
-    `-m --cfg job`), not from reluexp's or a user's."""
+    """The error comes from Hydra's or OmegaConf's own code (Hydra's checks of the command
+    line's flags, such as `-m --cfg job`; OmegaConf's assertion on a key under a null node),
+    not from reluexp's or a user's."""
     frames = traceback.extract_tb(error.__traceback__)
-    return bool(frames) and Path(frames[-1].filename).is_relative_to(HYDRA_PACKAGE)
+    return bool(frames) and any(
+        Path(frames[-1].filename).is_relative_to(package) for package in HYDRA_PACKAGES
+    )
 
 
-HYDRA_PACKAGE = Path(hydra.__file__).parent
+HYDRA_PACKAGES = (Path(hydra.__file__).parent, Path(omegaconf.__file__).parent)
+# The Optuna sweeper's search space, a distribution per key (experiments/lr_search.yaml).
+SEARCH_SPACE = "hydra.sweeper.params."
+
+
+def search_space_advice(args: Iterable[str]) -> str:
+    """For a command line that sets the search space key by key (`hydra.sweeper.params.lr=
+    tag(...)`: Hydra's grammar reads a sweep of its own config there, and the node may hold no
+    key): the override that searches the key, as Hydra's Optuna sweeper takes it ('' where
+    the command line sets none)."""
+    for arg in args:
+        key, _, value = arg.partition("=")
+        key = key.lstrip("+~")
+        if key.startswith(SEARCH_SPACE) and value:
+            shown = f"{key.removeprefix(SEARCH_SPACE)}={value.strip(chr(34) + chr(39))}"
+            return f"; a search space on the command line is the key's own override: '{shown}'"
+    return ""
+
+
+def config_keys(node: Any, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of a plain config (OmegaConf.to_container's), nodes and leaves."""
+    for key, value in node.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from config_keys(value, f"{prefix}{key}.")
 
 
 def versions_line() -> str:

@@ -12,10 +12,17 @@ from typing import Any
 
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from reluexp.config import ConfigError
-from reluexp.hydra_glue import task_config
+from reluexp.hydra_glue import (
+    OPEN_KEY,
+    SEARCH_SPACE,
+    TOP_GROUPS,
+    close_match,
+    config_keys,
+    task_config,
+)
 from reluexp.run.rundir import RESERVE_BYTES
 from reluexp.sweeps.finish import check_same_sweep
 from reluexp.sweeps.report.discovery import jobs_in
@@ -122,4 +129,27 @@ def start_sweep(config: DictConfig) -> None:
                 prepare(task_config(loader.load_sweep_config(config, job)))
             except ConfigError as error:
                 raise ConfigError(f"job {number} ({' '.join(job)}): {error}") from None
+    else:
+        check_search_space(config)
     check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
+
+
+def check_search_space(config: DictConfig) -> None:
+    """A sweeper that chooses as it goes (Optuna) searches keys of the task's config: its
+    params and the command line's search-space overrides. A key that is none is one line
+    before the study starts, with the key it most likely meant (a key added with `+` under
+    OPEN_KEY is the activation's own)."""
+    task = OmegaConf.to_container(config, resolve=False)
+    del task["hydra"]
+    keys = {*config_keys(task), *TOP_GROUPS}
+    searched = [(SEARCH_SPACE + str(key), str(key)) for key in config.hydra.sweeper.params or {}]
+    for override in OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)):
+        key = override.key_or_group
+        if override.is_sweep_override() and not (override.is_add() and key.startswith(OPEN_KEY)):
+            searched.append((key, key))
+    for shown, key in searched:
+        if key not in keys:
+            match = close_match(key, keys)
+            raise ConfigError(
+                f"{shown}: no such key to search" + (f"; did you mean {match}?" if match else "")
+            )

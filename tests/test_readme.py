@@ -40,7 +40,7 @@ def shrunk(command: str) -> list[str]:
     if "--help" in argv:
         return argv
     argv.append("steps=20" if argv[2] == "reluexp.check" else "steps=3")
-    if "experiment=lr_search" in argv:
+    if "experiment=lr_search" in argv or "hydra/sweeper=optuna" in argv:
         argv.append("hydra.sweeper.n_trials=3")
     return argv
 

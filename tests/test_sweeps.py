@@ -678,3 +678,52 @@ def test_a_sweep_over_a_path_reports_every_job(tmp_path):
     assert "sweep ended, 4 jobs: completed 4." in result.stderr
     assert [job.summary.status for job in find_jobs(sweep_dir)] == ["completed"] * 4
     assert "data.path=sub/f.npz" in (sweep_dir / "summary.md").read_text()
+
+
+SEARCH = "tag(log, interval(1e-8, 1e-4))"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (  # 58: the README's old spelling, as the shell hands it on
+            ["hydra/sweeper=optuna", f"hydra.sweeper.params.lr={SEARCH}"],
+            "Sweeping over Hydra's configuration is not supported : 'hydra.sweeper.params.lr="
+            f"{SEARCH}'; a search space on the command line is the key's own override: "
+            f"'lr={SEARCH}'",
+        ),
+        (  # quoted for Hydra: OmegaConf asserted on the null params (a traceback, exit 1)
+            ["hydra/sweeper=optuna", f"hydra.sweeper.params.lr='{SEARCH}'"],
+            "Unexpected type for root: NoneType; a search space on the command line is the "
+            f"key's own override: 'lr={SEARCH}'",
+        ),
+        (  # a typo in the search space: caught after the study had launched a job
+            ["experiment=lr_search", f"+hydra.sweeper.params.lrr='{SEARCH}'"],
+            "hydra.sweeper.params.lrr: no such key to search; did you mean lr?",
+        ),
+        (["hydra/sweeper=optuna", f"lrr={SEARCH}"], "lrr: no such key to search; did you mean lr?"),
+        (
+            ["experiment=lr_search", "optimizer=sgd", "optimizer.momentun=interval(0, 0.9)"],
+            "optimizer.momentun: no such key to search; did you mean optimizer.momentum?",
+        ),
+    ],
+)
+def test_a_search_space_mistake_is_one_line_before_the_study_starts(tmp_path, args, message):
+    result = run_cli("-m", *args, "hydra.sweep.dir=sweep", cwd=tmp_path, check=False)
+    assert (result.returncode, result.stderr) == (2, f"reluexp: error: {message}\n")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_the_optuna_search_space_on_the_command_line_searches_that_key(tmp_path):
+    result = run_cli(
+        "-m",
+        "hydra/sweeper=optuna",
+        f"lr={SEARCH}",
+        "hydra.sweeper.n_trials=3",
+        "steps=3",
+        "hydra.sweep.dir=sweep",
+        cwd=tmp_path,
+    )
+    lrs = [job.summary.config["lr"] for job in find_jobs(tmp_path / "sweep")]
+    assert len(lrs) == 3 and all(1e-8 <= lr <= 1e-4 for lr in lrs) and len(set(lrs)) == 3
+    assert "sweep ended, 3 jobs:" in result.stderr
