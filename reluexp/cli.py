@@ -243,10 +243,19 @@ def accuracy_text(summary: RunSummary) -> str:
     return text
 
 
+def launch_dir() -> Path:
+    """Where the command was launched, which its closing line's paths are relative to: with
+    hydra.job.chdir=true the process works in the run's directory."""
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.cwd)
+    return Path.cwd()
+
+
 def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
     """The run's outcome in one line: its directory, how to resume it, how to see it."""
     summary = summary or RunSummary.read(run_dir)
-    shown = shown_path(run_dir)
+    launched_from = launch_dir()
+    shown = shown_path(run_dir, launched_from)
     line = f"reluexp: {summary.status}"
     if summary.steps_done is not None:
         line += f" after {summary.steps_done} steps"
@@ -261,7 +270,7 @@ def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
     if notes:
         line += f" ({'; '.join(notes)})"
     if summary.status == "failed":
-        log_file = shown_path(run_dir / "reluexp.log")
+        log_file = shown_path(run_dir / "reluexp.log", launched_from)
         line += f": {summary.error}. Run dir: {shown} (traceback in {log_file})."
     else:
         line += f", {final_loss_text(summary)}. Run dir: {shown}."

@@ -100,9 +100,17 @@ def test_a_sweep_jobs_directory_resumes_as_pasted(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_interrupted_run_says_where_it_is_and_how_to_resume_on_stderr(tmp_path):
+@pytest.mark.parametrize("chdir", [[], ["hydra.job.chdir=true"]])
+def test_an_interrupted_run_says_where_it_is_and_how_to_resume_on_stderr(tmp_path, chdir):
+    """58: with hydra.job.chdir=true the closing line said `resume=.` (relative to the run dir
+    the process moved into), not to where the command was launched."""
     process = start(
-        f"steps={STEPS}", "checkpoint_every=200", "print_every=100", *SMALL[:-1], cwd=tmp_path
+        f"steps={STEPS}",
+        "checkpoint_every=200",
+        "print_every=100",
+        *SMALL[:-1],
+        *chdir,
+        cwd=tmp_path,
     )
     wait_for(next_run_dir(tmp_path) / CHECKPOINT_NAME)
     process.send_signal(signal.SIGINT)
@@ -112,6 +120,7 @@ def test_an_interrupted_run_says_where_it_is_and_how_to_resume_on_stderr(tmp_pat
     closing = stderr.strip().splitlines()[-1]
     resume = re.search(r"Resume: (python -m reluexp resume=\S+)\.", closing).group(1)
     assert closing.startswith("reluexp: interrupted after")
+    assert f"Run dir: {next_run_dir(tmp_path).relative_to(tmp_path)}." in closing
     # The printed command works when pasted.
     resumed = subprocess.run(
         [sys.executable, *shlex.split(resume)[1:]],

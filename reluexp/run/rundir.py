@@ -16,11 +16,13 @@ LOCK_NAME = ".reluexp.lock"
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
-def shown_path(directory: Path) -> str:
-    """A run's or a sweep's directory as its closing line shows it: relative below the working
-    directory, quoted for a shell where it needs to be (job directories hold `=` and `,`)."""
-    if directory.is_relative_to(Path.cwd()):
-        directory = Path(os.path.relpath(directory))
+def shown_path(directory: Path, base: Path | None = None) -> str:
+    """A run's or a sweep's directory as its closing line shows it: relative below `base` (the
+    directory the command was launched from; the working directory by default), quoted for a
+    shell where it needs to be (job directories hold `=` and `,`)."""
+    base = base or Path.cwd()
+    if directory.is_relative_to(base):
+        directory = Path(os.path.relpath(directory, base))
     return shlex.quote(str(directory))
 
 
