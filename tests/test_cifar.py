@@ -4,6 +4,7 @@ directories in both of its authors' versions; a crafted pickle refused without r
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -87,6 +88,61 @@ def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path):
         "nothing in it ran"
     )
     assert not marker.exists()
+
+
+def rewrite_batch(path: Path, **changes) -> None:
+    """A python-version batch with its fields changed (None: removed)."""
+    batch = pickle.loads(path.read_bytes())
+    for key, value in changes.items():
+        batch[key.encode()] = value
+        if value is None:
+            del batch[key.encode()]
+    path.write_bytes(pickle.dumps(batch, protocol=2))
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"data": None}, "no data, not a uint8 array of (images, 3072)"),
+        ({"data": np.zeros((40, 3, 32, 32), np.uint8)}, "data of uint8 (40, 3, 32, 32), not"),
+        ({"data": np.zeros((40, 3072), np.float32)}, "data of float32 (40, 3072), not uint8"),
+        ({"labels": None}, "labels is none, not a list of class indices"),
+        ({"labels": np.zeros(40)}, "labels is a ndarray, not a list of class indices"),
+        ({"labels": [0] * 39}, "39 labels for 40 images"),
+    ],
+)
+def test_a_python_batch_of_the_wrong_shape_names_its_field_and_value(tmp_path, changes, why):
+    """58: it said only `is not a CIFAR-10 batch (data, labels)`."""
+    write_cifar(tmp_path / "cifar", CIFAR10, binary=False)
+    path = tmp_path / "cifar" / "data_batch_2"
+    rewrite_batch(path, **changes)
+    with pytest.raises(ConfigError) as refused:
+        read_cifar(str(tmp_path / "cifar"), CIFAR10)
+    assert str(refused.value).startswith(f"data.root: {path} is not a CIFAR-10 batch: {why}")
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_a_label_outside_the_classes_names_its_file_field_value_and_record(tmp_path, binary):
+    """58: it said `training labels outside 0..9`, without the file or the value."""
+    write_cifar(tmp_path / "cifar", CIFAR10, binary=binary)
+    name = "data_batch_4.bin" if binary else "data_batch_4"
+    path = tmp_path / "cifar" / name
+    if binary:
+        raw = bytearray(path.read_bytes())
+        raw[7 * 3073] = 12  # record 7's label byte
+        path.write_bytes(bytes(raw))
+        field = "label byte (byte 1 of each 3073-byte record)"
+    else:
+        labels = pickle.loads(path.read_bytes())[b"labels"]
+        labels[7] = 12
+        rewrite_batch(path, labels=labels)
+        field = "labels"
+    with pytest.raises(ConfigError) as refused:
+        read_cifar(str(tmp_path / "cifar"), CIFAR10)
+    assert str(refused.value) == (
+        f"data.root: {path}'s {field}: label 12 of record 7 is outside 0..9 (CIFAR-10 has 10 "
+        "classes)"
+    )
 
 
 def test_a_missing_root_is_one_line_saying_where_to_get_it(composed, tmp_path):

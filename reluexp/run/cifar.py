@@ -87,12 +87,20 @@ def unpickled(path: Path) -> dict:
 def python_batch(path: Path, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     batch = unpickled(path)
     images, labels = batch.get(b"data"), batch.get(layout.label_key)
-    arrays = isinstance(images, np.ndarray) and isinstance(labels, list)
-    if not (arrays and images.dtype == np.uint8 and images.shape[1:] == (PIXELS,)) or len(
-        labels
-    ) != len(images):
-        raise ConfigError(f"data.root: {path} is not a {layout.name} batch (data, labels)")
-    return images, np.asarray(labels, dtype=np.int64)
+    field = f"{path}'s {layout.label_key.decode()}"
+    if not isinstance(images, np.ndarray):
+        found = "no data" if images is None else f"data a {type(images).__name__}"
+        why = f"{found}, not a uint8 array of (images, {PIXELS})"
+    elif images.dtype != np.uint8 or images.ndim != 2 or images.shape[1] != PIXELS:
+        why = f"data of {images.dtype} {images.shape}, not uint8 (images, {PIXELS})"
+    elif not isinstance(labels, list):
+        found = "none" if labels is None else f"a {type(labels).__name__}"
+        why = f"{layout.label_key.decode()} is {found}, not a list of class indices"
+    elif len(labels) != len(images):
+        why = f"{len(labels)} {layout.label_key.decode()} for {len(images)} images"
+    else:
+        return images, checked_labels(np.asarray(labels, dtype=np.int64), field, layout)
+    raise ConfigError(f"data.root: {path} is not a {layout.name} batch: {why}")
 
 
 def binary_batch(path: Path, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +112,22 @@ def binary_batch(path: Path, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
             f"records of {record})"
         )
     records = raw.reshape(-1, record)
-    return records[:, layout.label_bytes :], records[:, layout.label_bytes - 1].astype(np.int64)
+    field = f"{path}'s label byte (byte {layout.label_bytes} of each {record}-byte record)"
+    labels = records[:, layout.label_bytes - 1].astype(np.int64)
+    return records[:, layout.label_bytes :], checked_labels(labels, field, layout)
+
+
+def checked_labels(labels: np.ndarray, field: str, layout: Layout) -> np.ndarray:
+    """The labels, each a class of the layout; else one line naming the file's field, the
+    first label outside and its record."""
+    outside = np.flatnonzero((labels < 0) | (labels >= layout.classes))
+    if outside.size:
+        at = int(outside[0])
+        raise ConfigError(
+            f"data.root: {field}: label {labels[at]} of record {at} is outside "
+            f"0..{layout.classes - 1} ({layout.name} has {layout.classes} classes)"
+        )
+    return labels
 
 
 def files(root: Path, layout: Layout) -> tuple[list[Path], Path, bool] | None:
@@ -139,9 +162,6 @@ def read_cifar(root: str | None, layout: Layout) -> tuple[torch.Tensor, ...]:
     images = np.concatenate([b[0] for b in batches])
     labels = np.concatenate([b[1] for b in batches])
     test_images, test_labels = read(test, layout)
-    for name, values in (("training", labels), ("test", test_labels)):
-        if values.min() < 0 or values.max() >= layout.classes:
-            raise ConfigError(f"data.root={root}: {name} labels outside 0..{layout.classes - 1}")
     return (
         torch.from_numpy(images).reshape(-1, *IMAGE),
         torch.from_numpy(labels),
