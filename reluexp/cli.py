@@ -9,6 +9,7 @@ import enum
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -138,7 +139,7 @@ class Lifecycle(Callback):
             sys.exit(0)
 
     def on_job_start(self, config: DictConfig, *, task_function: Any, **kwargs: Any) -> None:
-        check_stops()
+        check_stops(config.hydra)
         if isinstance(task_function, Job):
             task_function.started = self.started
 
@@ -196,12 +197,31 @@ class Lifecycle(Callback):
             sys.exit(1)
 
 
-def check_stops() -> None:
-    """Before a job trains: a stop that came ends the command (before anything trained) or
-    the sweep (after its jobs so far)."""
+def check_stops(hydra_config: DictConfig) -> None:
+    """Before a job trains: a stop that came ends the sweep (after its jobs so far) or the
+    command, before anything trained (the single run's directory goes with it)."""
     if workers.current_stop is not None:
         workers.current_stop.check()
-    START_UP.check()
+    try:
+        START_UP.check()
+    except KeyboardInterrupt:
+        remove_unstarted_run_dir(hydra_config)
+        raise
+
+
+# What Hydra writes into a single run's directory before the run starts.
+START_FILES = {".hydra", "reluexp.log"}
+
+
+def remove_unstarted_run_dir(hydra_config: DictConfig) -> None:
+    """A single run's directory that holds only Hydra's start files (a stop came before the
+    run began: no resume would understand it) is removed."""
+    output_dir = OmegaConf.select(hydra_config, "runtime.output_dir")
+    if hydra_config.mode == RunMode.MULTIRUN or not output_dir:
+        return
+    run_dir = Path(output_dir)
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= START_FILES:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def stopped_sweep_end(sweep_dir: Path, parallel: bool) -> None:
@@ -353,7 +373,7 @@ def run_job(
     signum, summary = None, None
     try:
         with StopSignals(second_exits=where is not Where.WORKER) as stop:
-            check_stops()  # one that came before this job's took over
+            check_stops(hydra_config)  # one that came before this job's took over
             if started is not None and started.resume is not None:
                 result = runner.resume(run_dir, stop=stop, plan=started.resume)
             elif continues(run_dir, multirun=where is not Where.SINGLE):

@@ -56,6 +56,41 @@ def test_a_signal_while_hydra_or_torch_imports_is_one_line(tmp_path, signum, imp
     assert not (tmp_path / "outputs").exists()
 
 
+# `python -m reluexp ARGS` with `signal` raised as its job starts: Hydra has made the run's
+# directory and written its files there, nothing has trained.
+SIGNALLED_AT_JOB_START = """
+import os, runpy, sys
+import reluexp.cli as cli
+signum = int(sys.argv[1])
+start = cli.Lifecycle.on_job_start
+
+def on_job_start(self, *args, **kwargs):
+    os.kill(os.getpid(), signum)
+    return start(self, *args, **kwargs)
+
+cli.Lifecycle.on_job_start = on_job_start
+sys.argv = ["reluexp", *sys.argv[2:]]
+runpy.run_module("reluexp", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_once_hydra_made_the_run_directory_leaves_none(tmp_path, signum):
+    """58: it left a directory holding only .hydra/ and an empty reluexp.log, which no resume
+    understands."""
+    result = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_AT_JOB_START, str(signum), "steps=2", *SMALL],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 128 + signum
+    assert result.stderr == "reluexp: interrupted during start-up; nothing was trained\n"
+    assert (tmp_path / "outputs" / "runs").is_dir()  # Hydra had made the run's directory
+    assert list((tmp_path / "outputs" / "runs").iterdir()) == []
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 @pytest.mark.parametrize("imported", ["tensorboard", "matplotlib"])
 def test_a_signal_to_a_report_is_one_line_and_leaves_its_files_whole(tmp_path, signum, imported):
