@@ -136,3 +136,37 @@ def test_a_run_started_ignoring_sigint_keeps_ignoring_it(tmp_path):
     (run_dir,) = tmp_path.glob("outputs/runs/*")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["status"], summary["signal"]) == ("interrupted", "SIGTERM")
+
+
+# `python -m reluexp.check ARGS` with `signal` raised as it writes its report.
+SIGNALLED_AT_REPORT = """
+import os, runpy, sys
+from reluexp.lab import pipeline
+signum = int(sys.argv[1])
+write = pipeline.write_report
+
+def write_report(*args, **kwargs):
+    os.kill(os.getpid(), signum)
+    return write(*args, **kwargs)
+
+pipeline.write_report = write_report
+sys.argv = ["reluexp.check", *sys.argv[2:]]
+runpy.run_module("reluexp.check", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_lab_writes_its_report_is_answered(tmp_path, signum):
+    """58: a stop in the check's last ~0.8 s (its report and picture) was ignored: verdict,
+    exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", SIGNALLED_AT_REPORT, str(signum), "hydra.run.dir=check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 128 + signum
+    assert result.stderr == "reluexp.check: interrupted while writing its report\n"
+    assert "check.md" in result.stdout  # the verdict, and where the report is
+    assert {p.name for p in (tmp_path / "check").iterdir()} >= {"check.md", "check.json"}

@@ -92,4 +92,7 @@ def check(args: argparse.Namespace, interrupts: Interrupts) -> int:
     for line in [*report.summary_lines(), *report.notes, *problems]:
         print(line)
     print(f"{report.verdict()}. Report: {check_dir / 'check.md'}")
+    if interrupts.signum is not None:  # a stop while the report was written (each file whole)
+        print("reluexp.check: interrupted while writing its report", file=sys.stderr)
+        return interrupts.exit_code
     return 0 if report.ok else 1
