@@ -76,7 +76,7 @@ PLANTED_LINES = {
     "wrong_slope_gradient": r"WRONG gradcheck \(4, 5\): gradient of weight at weight\[0\]=0\.25 "
     r"\(float64\): got \S+, finite differences of the forward",
     "differs_from_reference": r"DIFFERS FROM ITS REFERENCE same function as the reference "
-    r"\(float64\): forward at x=\S+: got \S+, reference \S+, \S+ of the scale apart",
+    r"\(float64\): forward at x=\S+: got \S+, reference \S+, \S+ of the reference's value apart",
     "new_activation_wrong": r"WRONG gradcheck \(4, 5\): backward at x\[\d, \d\]=\S+ "
     r"\(float64\): got \S+, derivative of the forward",
     "surrogate_doubled": r"WRONG derivative \(64, 100\) every element: backward at "

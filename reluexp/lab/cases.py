@@ -133,6 +133,34 @@ def upstream(x: torch.Tensor, seed: int = 0) -> torch.Tensor:
     return torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x)
 
 
+# Points per binade [2^e, 2^(e+1)) of float32 and float64: its start and its middle.
+BINADE_POINTS = (1.0, 1.5)
+
+
+def binades(dtype: torch.dtype) -> torch.Tensor:
+    """float32 or float64 values at BINADE_POINTS of every binade, subnormals included, both
+    signs, and 0 (1,107 float32 values, 8,393 float64)."""
+    info = torch.finfo(dtype)
+    # The smallest subnormal is 2^(log2(smallest normal) + log2(eps)): 2^-149, 2^-1074.
+    lowest = round(math.log2(info.smallest_normal) + math.log2(info.eps))
+    exponents = torch.arange(lowest, round(math.log2(info.max)) + 1)
+    ones = torch.ones(len(exponents), dtype=torch.float64)
+    magnitudes = torch.cat([torch.ldexp(point * ones, exponents) for point in BINADE_POINTS])
+    # As the dtype holds them (1.5 x the smallest subnormal does not exist; 1.5 x 2^1023 is inf).
+    held = magnitudes.isfinite() & (magnitudes.to(dtype).double() == magnitudes)
+    magnitudes = magnitudes[held]
+    return torch.cat([torch.zeros(1, dtype=torch.float64), magnitudes, -magnitudes]).to(dtype)
+
+
+def every_value(dtype: torch.dtype) -> torch.Tensor:
+    """float16 and bfloat16: every finite value (each of the 65,536 bit patterns that is a
+    number); float32 and float64: binades()."""
+    if dtype.itemsize == 2:
+        patterns = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+        return patterns[patterns.isfinite()]
+    return binades(dtype)
+
+
 def large_values(dtype: torch.dtype) -> torch.Tensor:
     """±10, ±100, ±1e4 and a quarter of the dtype's largest value, as far as it holds them."""
     info = torch.finfo(dtype)

@@ -1,0 +1,105 @@
+"""The Function lab on Functions written as other libraries write them, each of a kind that
+fooled it (issue 59): a forward that leaves its reference at large magnitudes, a backward that
+is NaN at tiny inputs, a quantizer that rounds in float32, a stated domain that training
+leaves. Each with and without a reference where that is the question."""
+
+import pytest
+import torch
+
+from reluexp.lab import Status, check_function
+
+pytestmark = pytest.mark.compat
+
+
+class FlatAsinh(torch.autograd.Function):
+    """asinh that goes flat beyond |x| = 1e8 (19.1 where asinh reaches 23.7 at 1e10); its
+    backward asinh's derivative."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.asinh(x.clamp(-1e8, 1e8))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output / torch.sqrt(1 + x * x)
+
+
+class SmoothStep(torch.autograd.Function):
+    """exp(-1/x) for x > 0, else 0; its backward exp(-1/x) / x**2: 0/0 where exp(-1/x)
+    underflows (float16 below 1.7e-4, float32 below ~2.6e-23), where the derivative is 0."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.where(x > 0, torch.exp(-1 / x), torch.zeros_like(x))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * torch.where(x > 0, torch.exp(-1 / x) / x**2, torch.zeros_like(x))
+
+
+class SafeSmoothStep(SmoothStep):
+    """The same, its backward written to stay finite: exp(-1/x) * (1/x)**2 with 1/x clamped."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        inverse = torch.where(x > 0, 1 / x, torch.zeros_like(x)).clamp(max=1e4)
+        return grad_output * torch.where(x > 0, torch.exp(-inverse) * inverse**2, 0.0)
+
+
+class RoundSTE(torch.autograd.Function):
+    """A straight-through quantizer to a 0.2 grid, rounding in float32 (as many do)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return (torch.round(x.float() / 0.2) * 0.2).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output
+
+
+def rounded_to_the_grid(x):
+    """The quantizer's formula in the input's own dtype (float64 here)."""
+    return torch.round(x / 0.2) * 0.2
+
+
+def straight_through(x):
+    return torch.ones_like(x)
+
+
+def test_a_forward_that_leaves_its_reference_at_large_inputs_differs():
+    """At x = 1e10 (19.1 against 23.7) it was 4e-10 'of the scale', scaled by |x|."""
+    report = check_function(FlatAsinh, torch.asinh, training=False)
+    assert not report.ok
+    (finding,) = [f for f in report.findings if f.group == "reference"]
+    assert finding.status == Status.DIFFERS
+    assert "of the reference's value apart: beyond float32 rounding" in finding.detail
+    assert "got 19.11382792451231, reference " in finding.detail
+
+
+def test_a_quantizers_jump_within_rounding_of_its_references_is_precision():
+    """float32 puts the jump at x = -0.2999999999999998 on the other side: the two jumps are
+    1.5e-8 apart. It was DIFFERS FROM ITS REFERENCE."""
+    report = check_function(
+        RoundSTE, rounded_to_the_grid, surrogate=straight_through, training=False
+    )
+    assert report.ok, str(report)
+    (finding,) = [f for f in report.findings if f.group == "reference"]
+    assert finding.status == Status.PRECISION
+    assert "the forward and the reference jump within float32 rounding of each other" in (
+        finding.detail
+    )
+
+
+def test_a_quantizer_whose_grid_differs_from_its_reference_still_differs():
+    """The jump rule excuses jumps a rounding apart, not another grid."""
+    report = check_function(
+        RoundSTE, lambda x: torch.round(x / 0.25) * 0.25, surrogate=straight_through, training=False
+    )
+    assert not report.ok
+    assert [f.status for f in report.findings if f.group == "reference"] == [Status.DIFFERS]
