@@ -42,12 +42,13 @@ class SmoothStep(torch.autograd.Function):
 
 
 class SafeSmoothStep(SmoothStep):
-    """The same, its backward written to stay finite: exp(-1/x) * (1/x)**2 with 1/x clamped."""
+    """The same, its backward written to stay finite: exp(-1/x) * (1/x)**2 with 1/x clamped at
+    100 (below x = 0.01 both are under 4e-40; 100**2 fits float16)."""
 
     @staticmethod
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
-        inverse = torch.where(x > 0, 1 / x, torch.zeros_like(x)).clamp(max=1e4)
+        inverse = torch.where(x > 0, 1 / x, torch.zeros_like(x)).clamp(max=100)
         return grad_output * torch.where(x > 0, torch.exp(-inverse) * inverse**2, 0.0)
 
 
@@ -103,3 +104,28 @@ def test_a_quantizer_whose_grid_differs_from_its_reference_still_differs():
     )
     assert not report.ok
     assert [f.status for f in report.findings if f.group == "reference"] == [Status.DIFFERS]
+
+
+def test_a_backward_that_is_nan_at_tiny_inputs_is_wrong_in_every_dtype():
+    """0/0 where exp(-1/x) underflows: no tiny or subnormal input was ever tried."""
+    report = check_function(SmoothStep, training=False)
+    assert not report.ok
+    found = {f.check: f for f in report.findings if f.group == "every magnitude"}
+    assert set(found) == {
+        "every binade float32",
+        "every binade float64",
+        "every value float16",
+        "every value bfloat16",
+    }
+    for name, finding in found.items():
+        dtype = name.rsplit(" ", 1)[1]
+        assert finding.status == Status.WRONG, finding
+        assert finding.at.what == "backward" and finding.at.dtype == dtype
+        assert 0 < finding.at.input < 2e-4 and finding.at.expected == pytest.approx(0, abs=1e-200)
+        assert finding.detail.startswith("backward at x[") and "got nan" in finding.detail
+
+
+def test_the_same_step_with_a_backward_that_stays_finite_passes():
+    report = check_function(SafeSmoothStep, training=False)
+    assert report.ok, str(report)
+    assert {f.status for f in report.findings if f.group == "every magnitude"} == {Status.PASS}

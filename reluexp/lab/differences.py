@@ -25,6 +25,10 @@ FD_MAX_PARAM_ELEMENTS = 256
 FD_MAX_ELEMENTS = 256
 # How many times finite differences halve their step where two steps disagree.
 FD_REFINEMENTS = 4
+# The smallest step finite differences are trusted with: a kink closer than four of them (an
+# input of every binade beside a kink at 0) leaves a stencil whose change is rounding of the
+# forward's value (or, among subnormals, a few units of granularity): the truth is unknown.
+FD_SMALLEST_STEP = 1e-10
 
 
 def steps_for(x: torch.Tensor, kinks: list[Kink]) -> torch.Tensor:

@@ -51,6 +51,7 @@ class Group(StrEnum):
     EDGES = "edges"
     TRAINING = "training"
     LARGE_INPUTS = "large inputs"
+    EVERY_MAGNITUDE = "every magnitude"
     REFERENCE = "reference"
     TRANSFORMS = "transforms"
     MEMORY = "memory"

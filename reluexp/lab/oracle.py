@@ -14,6 +14,7 @@ import torch
 from reluexp.lab.cases import Kink, at_kinks
 from reluexp.lab.differences import (
     FD_ERROR,
+    FD_SMALLEST_STEP,
     finite_difference_params,
     finite_differences,
     resolved,
@@ -175,6 +176,7 @@ class Oracle:
                 return [None] * (1 + len(params)), replaced, uncertainty
             by_differences, halved = differences
             unknown = ~resolved(by_differences, halved, x, grad_output)
+            unknown |= steps_for(x, self.kinks) < FD_SMALLEST_STEP
             noise = rounding_of_differences(self, x, grad_output, params)
             uncertainty = torch.where(unknown, math.inf, noise)
             grads = [
@@ -185,13 +187,17 @@ class Oracle:
         grads = self.grads(x, grad_output, params)
         if differences is not None:
             by_differences, halved = differences
+            # A stencil of subnormal steps (a kink a few subnormals away) resolves nothing.
+            normal_steps = steps_for(x, self.kinks) >= FD_SMALLEST_STEP
             trusted = resolved(by_differences, halved, x, grad_output) & x.isfinite()
+            trusted &= normal_steps
             scale = by_differences.abs() + grad_output.abs() * x.abs().clamp(min=1.0)
-            replaced = (
-                trusted
-                & ~at_kinks(x, self.kinks)
-                & ((grads[0] - by_differences).abs() > 1e-6 * scale)
+            # Also where autograd's formula is not finite and the differences are (0/0 where
+            # exp(-1/x) underflows at a tiny x: the derivative is 0 there).
+            apart = ((grads[0] - by_differences).abs() > 1e-6 * scale) | (
+                ~grads[0].isfinite() & by_differences.isfinite()
             )
+            replaced = trusted & ~at_kinks(x, self.kinks) & apart
             grads[0] = torch.where(replaced, by_differences, grads[0])
         return grads, replaced, uncertainty
 

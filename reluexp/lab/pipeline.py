@@ -30,6 +30,7 @@ from reluexp.lab.checks import (
 )
 from reluexp.lab.context import FLOATS, Check, Context, Learned, Learnt, Options
 from reluexp.lab.costs import cost_checks, memory_checks, transform_checks
+from reluexp.lab.coverage import coverage_checks
 from reluexp.lab.files import write_report
 from reluexp.lab.findings import Finding, Group, Report, Status
 from reluexp.lab.oracle import Oracle, choose_oracle
@@ -160,6 +161,7 @@ STAGES = [
     Stage("parity, kinks, edges", (parity_checks, kink_checks, edge_checks)),
     Stage("training", (training_checks,)),
     Stage("large inputs", (range_checks,)),
+    Stage("every magnitude", (coverage_checks,)),
     Stage("reference", (reference_checks,)),
     Stage("transforms, memory, cost", (transform_checks, memory_checks, cost_checks)),
 ]
