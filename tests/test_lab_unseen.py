@@ -129,3 +129,40 @@ def test_the_same_step_with_a_backward_that_stays_finite_passes():
     report = check_function(SafeSmoothStep, training=False)
     assert report.ok, str(report)
     assert {f.status for f in report.findings if f.group == "every magnitude"} == {Status.PASS}
+
+
+class ClampedAtanh(torch.autograd.Function):
+    """atanh of its input clamped inside (-1, 1), the derivative taken at the clamped input:
+    right on the domain it is meant for, a convention off it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        clamped = x.clamp(-0.999, 0.999)
+        ctx.save_for_backward(clamped)
+        return torch.atanh(clamped)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (clamped,) = ctx.saved_tensors
+        return grad_output / (1 - clamped * clamped)
+
+
+def test_a_stated_domain_bounds_training_parity():
+    """The article's pre-activations (about +-30) leave [-0.999, 0.999] at step 0: off the
+    domain whatever the Function returns is a convention, so training parity says so and is no
+    WRONG. (It trained on them and called the pair WRONG.)"""
+    report = check_function(ClampedAtanh, torch.atanh, domain=(-0.999, 0.999))
+    assert report.ok, str(report)
+    (parity,) = [f for f in report.findings if f.check == "training parity"]
+    assert parity.status == Status.INFO
+    assert parity.detail.startswith(
+        "the pre-activations leave the domain (-0.999 <= x <= 0.999) at step 0 ("
+    )
+    assert report.facts["training"]["float64 twin"]["left_the_domain_at"] == 0
+
+
+def test_without_its_domain_the_clamped_atanh_is_wrong():
+    """Off (-0.999, 0.999) its forward is flat and its backward is not: no domain, no excuse."""
+    report = check_function(ClampedAtanh, torch.atanh, training=False)
+    assert not report.ok
+    assert any(f.status == Status.WRONG and f.at.input >= 0.999 for f in report.findings if f.at)

@@ -159,6 +159,7 @@ class Domain:
         return self.low == -math.inf and self.high == math.inf
 
     def contains(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.double()  # a bound compared in bfloat16 rounds (-0.999 to -1.0)
         above = x >= self.low if self.low_closed else x > self.low
         below = x <= self.high if self.high_closed else x < self.high
         return above & below

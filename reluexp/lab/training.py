@@ -20,9 +20,10 @@ from reluexp.lab.cases import Kink
 from reluexp.lab.context import Check, Context, Learned, Learnt, Probe
 from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.oracle import Oracle, OracleKind
+from reluexp.lab.preactivations import DomainWatch, preactivations
+from reluexp.lab.shape import Domain
 from reluexp.lab.subject import Subject, TargetKind
 from reluexp.run import runner
-from reluexp.run.model import Capture
 
 # A wrong backward parts the float64 pair at the first update; more steps decide no better.
 TWIN_STEPS = 50
@@ -162,8 +163,10 @@ def deciding_pair(
     probe: Probe,
     kinks: tuple[Kink, ...],
     steps: int,
+    domain: Domain,
 ) -> tuple[Finding, dict[str, Any], Side | None]:
-    """The Function against its oracle twin in float64: right vs wrong."""
+    """The Function against its oracle twin in float64: right vs wrong, while the
+    pre-activations stay in the domain."""
     name = "training parity"
     twin_activation = twin_layers(subject, oracle)
     if twin_activation is None or probe.random:
@@ -178,8 +181,10 @@ def deciding_pair(
             {},
             None,
         )
-    function = train_side(config, subject.make_activation, "float64", steps)
+    watch = None if domain.whole else DomainWatch(subject.make_activation, domain)
+    function = train_side(config, watch or subject.make_activation, "float64", steps)
     twin = train_side(config, twin_activation, "float64", steps)
+    left = watch and watch.left_at()
     facts: dict[str, Any] = {
         "function_diverged_at": function.diverged_at,
         "twin_diverged_at": twin.diverged_at,
@@ -188,6 +193,17 @@ def deciding_pair(
         OracleKind.SURROGATE: f"its {oracle.expected_as}",
         OracleKind.AUTOGRAD: "its own forward differentiated by autograd",
     }.get(oracle.kind, "its own forward differentiated by finite differences")
+    parted = function.diverged_at if twin.diverged_at is None else None
+    parted = where_they_part(function, twin)["first_parting_step"] if parted is None else parted
+    if left is not None and parted is not None and left[0] < parted:
+        step, fraction = left
+        facts["left_the_domain_at"] = step
+        detail = (
+            f"the pre-activations leave the domain ({domain.describe()}) at step {step} "
+            f"({fraction:.1%} outside); off it any backward is a convention, so the float64 runs "
+            f"beside {against} are judged before it: identical up to step {parted}"
+        )
+        return Finding(Group.TRAINING, name, Status.INFO, detail), facts, function
     if function.diverged_at is not None and twin.diverged_at is None:
         return (
             Finding(
@@ -346,7 +362,13 @@ def training_checks(context: Context) -> list[Check]:
         with runs_silenced():
             try:
                 deciding, twin_facts, function64 = deciding_pair(
-                    config, subject, context.oracle, context.probe, context.kinks, twin_steps
+                    config,
+                    subject,
+                    context.oracle,
+                    context.probe,
+                    context.kinks,
+                    twin_steps,
+                    context.domain,
                 )
                 function32 = train_side(config, subject.make_activation, "float32", reference_steps)
                 informing, reference_facts = reference_pair(
@@ -358,37 +380,7 @@ def training_checks(context: Context) -> list[Check]:
                 reached = preactivations(config, None)
                 return Learnt([failed], Learned(reached=reached), {"training": {"error": detail}})
         facts = {"float64 twin": twin_facts, "float32 reference": reference_facts}
-        reached = preactivations(config, function64)
+        reached = preactivations(config, function64 and function64.result.state)
         return Learnt([deciding, informing], Learned(reached=reached), {"training": facts})
 
     return [Check(Group.TRAINING, "training parity", check)]
-
-
-def preactivations(config: Config, last: Side | None) -> dict[str, torch.Tensor]:
-    """The inputs of the experiment's first activation site at its first step (and at a float64
-    run's last), in float32, the experiment's dtype: the model built as the run builds it (the
-    reference's activation in it: only the inputs matter), its forward on the training data."""
-    first = copy.deepcopy(config)
-    first.dtype = Dtype.float64
-    prepared = runner.prepare(first, activation=layers_of(torch.relu, "torch.relu", {}))
-    x = prepared.data.inputs(prepared.data.x).double()
-    found = {
-        "first step": first_site_inputs(prepared.built.model.double(), prepared.built.capture, x)
-    }
-    if last is not None:
-        state = last.result.state
-        found["last step"] = first_site_inputs(
-            state.model, state.capture, x.to(next(state.model.parameters()).device)
-        )
-    return found
-
-
-def first_site_inputs(model: torch.nn.Module, capture: Capture, x: torch.Tensor) -> torch.Tensor:
-    """What the model's first activation call takes for inputs x, in float32."""
-    capture.start()
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        calls = capture.take()
-    return calls[0][0].float().cpu()
