@@ -15,6 +15,11 @@ outside functorch transforms (vmap, grad), unwrap dead functorch wrappers and ca
 apply of the Function's base class; inside them, its own path. That needs two internals:
 `torch._C._are_functorch_transforms_active` and `torch._functorch.utils.unwrap_dead_wrappers`.
 
+A torch.library custom op is the CustomOpDef that torch.library.custom_op returns (torch/_library/
+custom_ops.py), or an OpOverload(Packet) under torch.ops: torch exports neither class, and
+torch.library.opcheck takes only these. custom_op_types() names them; with them gone, no target
+is taken for a custom op (the compile group still compiles it as any Function).
+
 torch._foreach_norm (torch/_foreach ops, what torch.nn.utils.clip_grad_norm_ calls) takes a list
 of tensors and, with dtype=torch.float64, accumulates each one's norm in float64 (the CUDA
 kernel's partial sums are of the output's type): on an accelerator one multi-tensor launch for
@@ -147,3 +152,21 @@ def grid_jobs(overrides: list[Override]) -> list[list[str]]:
         return grid(overrides)
     (batch,) = HYDRA_SPLIT_ARGUMENTS(overrides, None)
     return [list(job) for job in batch]
+
+
+def custom_op_types() -> tuple[type, ...]:
+    """The classes a torch.library custom op is an instance of (what opcheck takes); () where
+    torch has moved them."""
+    found = []
+    for module, name in (
+        ("torch._library.custom_ops", "CustomOpDef"),
+        ("torch._ops", "OpOverload"),
+        ("torch._ops", "OpOverloadPacket"),
+    ):
+        cls = getattr(importlib.import_module(module), name, None)
+        if isinstance(cls, type):
+            found.append(cls)
+    return tuple(found)
+
+
+CUSTOM_OP_TYPES = custom_op_types()

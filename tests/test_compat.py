@@ -130,3 +130,20 @@ def test_float64_norms_are_the_float64_norms_either_way(monkeypatch, multi_tenso
     expected = [torch.dot(v.double(), v.double()).sqrt().item() for v in vectors]
     assert [norm.item() for norm in norms] == pytest.approx(expected, rel=1e-12)
     assert norms[0].item() == pytest.approx(vectors[0][0].item() * 1000**0.5, rel=1e-12)
+
+
+def test_torchs_custom_op_classes_are_as_relied_on():
+    """What torch.library.custom_op returns, and an operator under torch.ops, are instances of
+    the classes opcheck takes: a custom op is recognised as one (lab/compiled.py)."""
+    assert len(_compat.CUSTOM_OP_TYPES) == 3, f"torch {torch.__version__} moved them"
+
+    @torch.library.custom_op("reluexp_compat::identity", mutates_args=())
+    def identity(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    assert isinstance(identity, _compat.CUSTOM_OP_TYPES)
+    assert isinstance(torch.ops.aten.relu.default, _compat.CUSTOM_OP_TYPES)
+    assert not isinstance(torch.relu, _compat.CUSTOM_OP_TYPES)
+    # Without a fake kernel, opcheck's report (not a raise) says which test fails.
+    found = torch.library.opcheck(identity, (torch.ones(2),), raise_exception=False)
+    assert found["test_schema"] == "SUCCESS" and found["test_faketensor"] != "SUCCESS"

@@ -166,3 +166,149 @@ def test_without_its_domain_the_clamped_atanh_is_wrong():
     report = check_function(ClampedAtanh, torch.atanh, training=False)
     assert not report.ok
     assert any(f.status == Status.WRONG and f.at.input >= 0.999 for f in report.findings if f.at)
+
+
+# -- the compiled world: torch.library custom ops, torch.compile -----------------------------
+
+CUSTOM_OPS = """
+import torch
+
+
+@torch.library.custom_op("reluexp_unseen::softplus", mutates_args=())
+def softplus(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.softplus(x)
+
+
+@softplus.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def backward(ctx, grad_output):
+    (x,) = ctx.saved_tensors
+    return grad_output * torch.sigmoid(x)
+
+
+softplus.register_autograd(backward, setup_context=setup)
+
+
+@torch.library.custom_op("reluexp_unseen::wrong_fake", mutates_args=())
+def wrong_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.softplus(x)
+
+
+@wrong_fake.register_fake
+def _(x):
+    return x.new_empty(x.shape[:-1])  # the shape loses its last dimension
+
+
+wrong_fake.register_autograd(backward, setup_context=setup)
+"""
+
+
+@pytest.fixture(scope="module")
+def custom_ops(tmp_path_factory):
+    """The two ops, as a module a user keeps beside their command."""
+    import importlib
+    import sys
+
+    directory = tmp_path_factory.mktemp("ops")
+    (directory / "unseen_ops.py").write_text(CUSTOM_OPS)
+    sys.path.insert(0, str(directory))
+    try:
+        yield importlib.import_module("unseen_ops"), directory
+    finally:
+        sys.path.remove(str(directory))
+
+
+class BranchingReLU(torch.autograd.Function):
+    """A ReLU that branches in Python on its input's values: a graph break under fullgraph."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        if bool((x < 0).any()):
+            return x.clamp(min=0)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * (x > 0)
+
+
+def compile_findings(report):
+    return {f.check: f for f in report.findings if f.group == "compile"}
+
+
+def test_a_correct_custom_op_passes_with_no_compile_finding(custom_ops):
+    ops, _ = custom_ops
+    report = check_function(ops.softplus, torch.nn.functional.softplus, training=False)
+    assert report.ok, str(report)
+    found = compile_findings(report)
+    assert {name: f.status for name, f in found.items()} == {
+        "custom op (opcheck)": Status.PASS,
+        "torch.compile fullgraph": Status.PASS,
+    }
+
+
+def test_a_custom_op_whose_fake_kernel_is_wrong_fails_naming_it(custom_ops):
+    """It said `gradients correct`."""
+    ops, _ = custom_ops
+    report = check_function(ops.wrong_fake, training=False)
+    assert not report.ok
+    opcheck = compile_findings(report)["custom op (opcheck)"]
+    assert opcheck.status == Status.WRONG
+    assert opcheck.detail.startswith(
+        "its fake kernel (register_fake) against the real output fails (test_faketensor, a "
+        "float32 (4, 5) input): MetadataMismatchError: "
+    )
+    assert "Shapes torch.Size([4, 5]) and torch.Size([4]) are not equal" in opcheck.detail
+
+
+def test_a_graph_break_is_named_at_the_users_line():
+    report = check_function(BranchingReLU, torch.relu, training=False)
+    found = compile_findings(report)["torch.compile fullgraph"]
+    assert found.status == Status.INFO
+    line = BranchingReLU.forward.__code__.co_firstlineno + 3  # the `if`
+    assert f"breaks torch.compile's graph at {__file__}:{line} (float32 (64, 100): " in (
+        found.detail
+    )
+    assert f"info: {found.detail}" in report.notes
+    assert report.ok  # a graph break is information: eager still runs
+
+
+@pytest.mark.slow
+def test_compile_true_training_with_a_function_that_fails_under_compile_is_one_line(custom_ops):
+    """Pages of torch's log reached stderr before the closing line."""
+    import subprocess
+    import sys
+
+    _, directory = custom_ops
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reluexp",
+            "activation=custom",
+            "activation.target=unseen_ops.wrong_fake",
+            "compile=true",
+            "steps=3",
+            "hydra.run.dir=run",
+        ],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        "reluexp: failed after 0 steps: CompileFailed: torch.compile (compile=true) of the model "
+        "with activation.target=unseen_ops.wrong_fake failed: "
+    )
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "Traceback" in (directory / "run" / "reluexp.log").read_text()

@@ -1,6 +1,6 @@
-"""What the Function supports and costs, never fatal: torch.func.vmap (and torch.compile with
---compile), the bytes it saves for backward, and its forward + backward time against the
-reference's (or alone)."""
+"""What the Function supports and costs, never fatal: torch.func.vmap, the bytes it saves for
+backward, and its forward + backward time against the reference's (or alone). torch.compile
+is lab/compiled.py's."""
 
 import statistics
 import time
@@ -17,8 +17,8 @@ from reluexp.lab.subject import Subject, Tensors
 
 
 def transform_checks(context: Context) -> list[Check]:
-    """vmap (compile too with --compile) against eager: a transform the Function does not
-    support is reported, not failed."""
+    """vmap against eager: a transform the Function does not support is reported, not
+    failed."""
     subject = context.subject
     x = torch.randn(64, 100, generator=torch.Generator().manual_seed(5))
     plain = subject.plain
@@ -42,20 +42,7 @@ def transform_checks(context: Context) -> list[Check]:
         y, (grad, *_), _ = forward_backward(subject, plain, x.requires_grad_(), torch.ones_like(x))
         return agreement("torch.func.vmap", [(batched, y), (grads, grad)])
 
-    def compiled() -> Finding:
-        torch.compiler.reset()
-        # aot_eager traces forward and backward as inductor would, without compiling kernels.
-        fn = torch.compile(plain, fullgraph=True, backend="aot_eager")
-        y, (grad, *_), _ = forward_backward(subject, fn, x.requires_grad_(), torch.ones_like(x))
-        y_eager, (grad_eager, *_), _ = forward_backward(subject, plain, x, torch.ones_like(x))
-        return agreement("torch.compile fullgraph", [(y, y_eager), (grad, grad_eager)])
-
-    checks = [Check(Group.TRANSFORMS, "torch.func.vmap", vmapped, Status.UNSUPPORTED)]
-    if context.options.compile:
-        checks.append(
-            Check(Group.TRANSFORMS, "torch.compile fullgraph", compiled, Status.UNSUPPORTED)
-        )
-    return checks
+    return [Check(Group.TRANSFORMS, "torch.func.vmap", vmapped, Status.UNSUPPORTED)]
 
 
 def saved_bytes(fn: Tensors, subject: Subject, x: torch.Tensor) -> tuple[float, float]:

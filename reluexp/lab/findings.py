@@ -54,6 +54,7 @@ class Group(StrEnum):
     EVERY_MAGNITUDE = "every magnitude"
     REFERENCE = "reference"
     TRANSFORMS = "transforms"
+    COMPILE = "compile"
     MEMORY = "memory"
     COST = "cost"
 

@@ -28,6 +28,7 @@ from reluexp.lab.checks import (
     range_checks,
     returns_checks,
 )
+from reluexp.lab.compiled import compile_checks
 from reluexp.lab.context import FLOATS, Check, Context, Learned, Learnt, Options
 from reluexp.lab.costs import cost_checks, memory_checks, transform_checks
 from reluexp.lab.coverage import coverage_checks
@@ -164,6 +165,7 @@ STAGES = [
     Stage("every magnitude", (coverage_checks,)),
     Stage("reference", (reference_checks,)),
     Stage("transforms, memory, cost", (transform_checks, memory_checks, cost_checks)),
+    Stage("compile", (compile_checks,)),
 ]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from reluexp._compat import CUSTOM_OP_TYPES
 from reluexp.config import ConfigError
 from reluexp.functions.targets import (
     ActivationFactory,
@@ -158,6 +159,8 @@ class Subject:
     constants: frozenset[str] = frozenset()
     # A random forward, checked with its randomness fixed (with_fixed_randomness).
     random: bool = False
+    # The target, where it is a torch.library custom op (what torch.library.opcheck tests).
+    op: Any = None
 
     def inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The parameters, in x's dtype and device, as leaves; those that are not constants
@@ -235,6 +238,7 @@ def build_subject(
         function=obj if is_function(obj) else None,
         extra_args=checked_params(obj, params, target_path) if is_function(obj) else (),
         surrogate=surrogate_of(surrogate, params, "activation.surrogate"),
+        op=obj if isinstance(obj, CUSTOM_OP_TYPES) else None,
     )
     if reference is not None:
         reference_path = reference if isinstance(reference, str) else repr(reference)

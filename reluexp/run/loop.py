@@ -63,6 +63,18 @@ class Training:
         save_state(self.run_dir, self.config, self.state, self.recorder.state_dict())
 
 
+class CompileFailed(Exception):
+    """compile=true failed where eager runs: one line naming the activation and torch's first
+    line (its whole report, with the traceback, is in the run's log)."""
+
+    def __init__(self, target: str, error: Exception):
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        super().__init__(
+            f"torch.compile (compile=true) of the model with activation.target={target} "
+            f"failed: {type(error).__name__}: {first}"
+        )
+
+
 def evaluation(
     loss: torch.Tensor,
     logits: torch.Tensor | None,
@@ -100,7 +112,13 @@ def train_loop(training: Training) -> None:
         if recording:  # the activation's inputs and outputs, seen by its forward hooks
             capture.start()
         x, y = batches.at(step)
-        loss, logits = compute_loss(model, x, y)
+        try:
+            loss, logits = compute_loss(model, x, y)
+        except Exception as error:
+            if not config.compile:
+                raise
+            # The eager forward ran in the pre-flight's probe: what fails here is the compile.
+            raise CompileFailed(config.activation.target, error) from error
         state.update.backward(loss)
         with torch.no_grad():
             row = stream.new_row() if recording else None

@@ -1,0 +1,160 @@
+"""The compiled world: a torch.library custom op tested as torch.library.opcheck tests it (its
+declared mutation, its fake kernel against the real output, its autograd registration), and
+every Function under torch.compile(fullgraph=True): a graph break named at the user's line,
+values and gradients as eager's; with --compile, the compiled step's time beside the compiled
+reference's."""
+
+import re
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from reluexp.lab.calls import UserError, forward_backward, raised
+from reluexp.lab.context import Check, Context, Learnt
+from reluexp.lab.findings import Finding, Group, Status
+from reluexp.lab.judge import dtype_name
+
+# opcheck's tests, by the name its report gives each, and what each one tests.
+OPCHECK = {
+    "test_schema": "its schema's declared mutation (mutates_args)",
+    "test_faketensor": "its fake kernel (register_fake) against the real output",
+    "test_autograd_registration": "its autograd registration (register_autograd)",
+    "test_aot_dispatch_dynamic": "forward and backward traced as torch.compile traces them",
+}
+# Where torch and reluexp live: a graph break's line is the first of the user's code.
+LIBRARIES = (Path(torch.__file__).parent, Path(__file__).parent.parent)
+# Within this many units of the dtype of eager's values, a compiled result is eager's.
+COMPILED_UNITS = 16
+
+
+def user_line(error: BaseException) -> str:
+    """`file.py:12` of the innermost frame outside torch and reluexp that dynamo names in its
+    report ('from user code: File ..., line N'), else ''."""
+    text = "\n".join(str(e) for e in (error, error.__cause__) if e is not None)
+    frames = re.findall(r'File "([^"]+)", line (\d+)', text)
+    users = [(f, n) for f, n in frames if not any(Path(f).is_relative_to(p) for p in LIBRARIES)]
+    return f"{users[-1][0]}:{users[-1][1]}" if users else ""
+
+
+def opchecked(context: Context) -> Finding:
+    """torch.library.opcheck on the lab's shapes in float32 and float64: the first test that
+    fails, in one line naming what it tests."""
+    subject, name = context.subject, "custom op (opcheck)"
+    generator = torch.Generator().manual_seed(11)
+    for dtype in (torch.float32, torch.float64):
+        for shape in ((4, 5), (64, 100)):
+            x = context.probe.lifted(context.sample(shape, generator).to(dtype)).requires_grad_()
+            result = torch.library.opcheck(
+                subject.op, (x, *subject.inputs(x)), raise_exception=False
+            )
+            failed = [test for test in OPCHECK if result.get(test, "SUCCESS") != "SUCCESS"]
+            failed += [
+                t for t, outcome in result.items() if outcome != "SUCCESS" and t not in OPCHECK
+            ]
+            if failed:
+                test = failed[0]
+                detail = (
+                    f"{OPCHECK.get(test, test)} fails ({test}, a {dtype_name(dtype)} "
+                    f"{tuple(x.shape)} input): {raised(result[test]).removeprefix('raised ')}"
+                )
+                return Finding(Group.COMPILE, name, Status.WRONG, detail)
+    return Finding(Group.COMPILE, name, Status.PASS)
+
+
+def compiled(context: Context) -> Finding | Learnt:
+    """Forward and backward compiled whole (fullgraph, the aot_eager backend: traced as
+    inductor traces them, no kernels built) on the lab's inputs, against eager."""
+    subject, name = context.subject, "torch.compile fullgraph"
+    generator = torch.Generator().manual_seed(12)
+    torch.compiler.reset()
+    fn = torch.compile(subject.plain, fullgraph=True, backend="aot_eager")
+    for dtype in (torch.float32, torch.float64):
+        x = context.probe.lifted(context.sample((64, 100), generator).to(dtype)).requires_grad_()
+        g = torch.randn(x.shape, generator=generator, dtype=torch.float64).to(dtype)
+        try:
+            y, grads, _ = forward_backward(subject, fn, x, g)
+        except UserError as error:
+            cause = error.__cause__ or error
+            if not compiles_at_all():
+                detail = f"torch.compile cannot run here ({raised(cause)}): not checked"
+                return Learnt([Finding(Group.COMPILE, name, Status.INFO, detail)])
+            where = user_line(cause)
+            detail = (
+                f"{subject.name} breaks torch.compile's graph"
+                + (f" at {where}" if where else "")
+                + f" ({dtype_name(dtype)} {tuple(x.shape)}: {error}); it runs in eager only"
+            )
+            finding = Finding(Group.COMPILE, name, Status.INFO, detail)
+            return Learnt([finding], notes=[f"info: {detail}"])
+        eager, eager_grads, _ = forward_backward(subject, subject.plain, x, g)
+        for what, got, want in [("forward", y, eager), ("backward", grads[0], eager_grads[0])]:
+            if got is None or want is None:
+                continue
+            units = COMPILED_UNITS * torch.finfo(want.dtype).eps
+            if not torch.allclose(got, want, rtol=units, atol=units, equal_nan=True):
+                apart = (got.double() - want.double()).abs().nan_to_num(nan=float("inf")).max()
+                detail = (
+                    f"compiled, its {what} differs from eager's by up to {apart.item():.3g} "
+                    f"({dtype_name(dtype)} {tuple(x.shape)}): beyond rounding"
+                )
+                return Finding(Group.COMPILE, name, Status.WRONG, detail)
+    return Finding(Group.COMPILE, name, Status.PASS)
+
+
+def compiles_at_all() -> bool:
+    """torch.compile works here at all (a Python it supports, its backends importable)."""
+    torch.compiler.reset()
+    try:
+        torch.compile(lambda v: v + 1, fullgraph=True, backend="aot_eager")(torch.ones(2))
+    except Exception:
+        return False
+    return True
+
+
+def compiled_cost(context: Context, repetitions: int = 5) -> Finding:
+    """With --compile: forward + backward of the Function compiled by inductor (the default
+    backend: its kernels built, which takes seconds) at (64, 100) float32, beside the
+    reference compiled alike and the eager Function: does the custom Function keep the fusion
+    the built-in gets?"""
+    subject, name = context.subject, "cost: compiled forward+backward time"
+    x = torch.randn(64, 100, generator=torch.Generator().manual_seed(13))
+    sides = {"compiled": torch.compile(subject.plain), "eager": subject.plain}
+    if subject.reference is not None:
+        sides["compiled reference"] = torch.compile(subject.reference)
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    for fn in sides.values():  # the first call compiles
+        forward_backward(subject, fn, x.requires_grad_(), torch.ones_like(x))
+    for _ in range(repetitions):
+        for side, fn in sides.items():
+            start = time.perf_counter()
+            for _ in range(20):
+                forward_backward(subject, fn, x, torch.ones_like(x))
+            times[side].append((time.perf_counter() - start) / 20 * 1e6)
+    us = {side: statistics.median(t) for side, t in times.items()}
+    detail = ", ".join(f"{side} {value:.3g} us" for side, value in us.items())
+    if "compiled reference" in us:
+        detail += f": {us['compiled'] / us['compiled reference']:.2f}x the compiled reference's"
+    return Finding(Group.COST, name, Status.INFO, f"(64, 100) float32, {detail}")
+
+
+def compile_checks(context: Context) -> list[Check]:
+    """opcheck for a custom op, the fullgraph compile for every Function, and with --compile
+    the compiled cost."""
+    checks = []
+    if context.subject.op is not None:
+        checks.append(Check(Group.COMPILE, "custom op (opcheck)", lambda: opchecked(context)))
+    checks.append(
+        Check(Group.COMPILE, "torch.compile fullgraph", lambda: compiled(context), Status.INFO)
+    )
+    if context.options.compile:
+        checks.append(
+            Check(
+                Group.COST,
+                "cost: compiled forward+backward time",
+                lambda: compiled_cost(context),
+                Status.UNSUPPORTED,
+            )
+        )
+    return checks
