@@ -37,6 +37,7 @@ from reluexp.hydra_glue import (
 )
 from reluexp.preflight import Started, start_run, start_sweep
 from reluexp.record.summary import RunSummary, SummaryError, record_failure
+from reluexp.record.tags import dashboard_command
 from reluexp.run.rundir import RunHeld, shown_path
 from reluexp.run.signals import (
     STOPPED_AT_START_UP,
@@ -298,7 +299,7 @@ def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
         line += f" Warnings: {'; '.join(summary.warnings)}."
     if summary.status == "interrupted":
         line += f" Resume: python -m reluexp resume={shown}."
-    return f"{line} Dashboard: tensorboard --logdir {shown}"
+    return f"{line} Dashboard: {dashboard_command(shown, summary.recorded_steps)}"
 
 
 class Where(enum.Enum):

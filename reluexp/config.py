@@ -2,11 +2,15 @@
 hidden width as a list), and its meanings for --help (Hydra knows the schema through
 hydra_glue; reluexp.validation checks the values)."""
 
+import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
 
 from omegaconf import OmegaConf
+
+# The points a scalar tag TensorBoard keeps by default (its --samples_per_plugin), at random.
+TENSORBOARD_POINTS = 1000
 
 
 class ConfigError(ValueError):
@@ -374,10 +378,13 @@ class Config:
     threads: int | None = field(
         default=None, metadata=meaning("torch intra-op threads; null keeps torch's default.")
     )
-    log_every: int = field(
-        default=1,
+    log_every: int | None = field(
+        default=None,
         metadata=meaning(
-            "Steps between the values streamed to TensorBoard (loss, gradient and weight norms)."
+            "Steps between the values streamed to TensorBoard (loss, gradient and weight "
+            "norms; the print steps and the last always). Unset: every step up to 1,000 steps, "
+            "beyond that every ceil(steps / 1000)-th, which TensorBoard's default sample keeps "
+            "whole."
         ),
     )
     print_every: int = field(
@@ -416,6 +423,11 @@ class Config:
 
     def __post_init__(self) -> None:
         normalize(self)
+
+    @property
+    def streamed_every(self) -> int:
+        """Steps between streamed rows: log_every, or unset, as many as TensorBoard keeps."""
+        return self.log_every or math.ceil(self.steps / TENSORBOARD_POINTS)
 
     def prints_at(self, step: int) -> bool:
         """The article prints `step loss` at steps 99, 199, ...: the last of every print_every."""

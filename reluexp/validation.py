@@ -89,7 +89,12 @@ def validate(config: Config) -> None:
             "optimizer=adam"
         )
     _require(config.steps >= 0, "steps", config.steps, "must be >= 0")
-    _require(config.log_every >= 1, "log_every", config.log_every, "must be >= 1")
+    _require(
+        config.log_every is None or config.log_every >= 1,
+        "log_every",
+        config.log_every,
+        "must be >= 1 (or null: as many rows as TensorBoard keeps)",
+    )
     _require(config.print_every >= 1, "print_every", config.print_every, "must be >= 1")
     _require(
         config.checkpoint_every >= 0, "checkpoint_every", config.checkpoint_every, "must be >= 0"

@@ -6,6 +6,7 @@ import json
 import logging
 import pstats
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -14,7 +15,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import hydra
@@ -140,9 +141,11 @@ def get_bytes(url: str) -> bytes:
 
 
 @contextlib.contextmanager
-def tensorboard_server(logdir: Path, expected_runs: int) -> Iterator[tuple[str, list[str]]]:
-    """TensorBoard on logdir, on 127.0.0.1, until it lists expected_runs runs; its URL and
-    runs. Stopped when the test ends, however it ends."""
+def tensorboard_server(
+    logdir: Path, expected_runs: int, flags: Sequence[str] = ()
+) -> Iterator[tuple[str, list[str]]]:
+    """TensorBoard on logdir (with flags), on 127.0.0.1, until it lists expected_runs runs;
+    its URL and runs. Stopped when the test ends, however it ends."""
     port = free_port()
     server = subprocess.Popen(
         [
@@ -157,6 +160,7 @@ def tensorboard_server(logdir: Path, expected_runs: int) -> Iterator[tuple[str, 
             str(port),
             "--reload_interval",
             "1",
+            *flags,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -567,3 +571,25 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "reluexp: interrupted during start-up; nothing was trained"
     )
+
+
+@pytest.mark.parametrize(("log_every", "rows"), [([], 1001), (["log_every=1"], 3000)])
+def test_tensorboard_started_as_the_closing_line_says_draws_every_streamed_point(
+    tmp_path, log_every, rows
+):
+    """60: TensorBoard keeps a random 1,000 points a tag: a 3,000-step run streamed every step
+    and drew a third of it, its exact zeros kept or dropped at random. Unset, log_every streams
+    every third step (with the print steps and the last: 1,031 rows); log_every=1, all 3,000,
+    and the closing line's command keeps them all."""
+    result = run_cli("steps=3000", *log_every, *SMALL, cwd=tmp_path)
+    command = shlex.split(result.stderr.strip().splitlines()[-1].split("Dashboard: ")[1])
+    assert command[:2] == ["tensorboard", "--logdir"]
+    assert command[3:] == [f"--samples_per_plugin=scalars={rows}"]
+    run_dir = tmp_path / command[2]
+    assert json.loads((run_dir / "summary.json").read_text())["recorded_steps"] == rows
+    with tensorboard_server(run_dir, 1, command[3:]) as (base, runs):
+        points = get_json(f"{base}/data/plugin/scalars/scalars?run=.&tag=loss/train")
+    steps = [step for _, step, _ in points]
+    assert len(steps) == rows and steps[-1] == 2999
+    if not log_every:
+        assert steps[:4] == [0, 3, 6, 9]

@@ -236,3 +236,20 @@ def test_a_param_outside_the_range_its_function_documents_is_refused_at_start_up
         "greater than max_val"
     )
     assert resolve_activation("reluexp.functions.Spike", {"slope": 0.5})
+
+
+@pytest.mark.parametrize(
+    ("steps", "log_every", "every"),
+    [
+        (500, None, 1),
+        (1000, None, 1),
+        (3000, None, 3),
+        (6001, None, 7),
+        (3000, 1, 1),
+        (3000, 10, 10),
+    ],
+)
+def test_unset_log_every_streams_as_many_rows_as_tensorboard_keeps(steps, log_every, every):
+    """60: at most 1,000 rows a tag (and the print steps and the last), evenly spaced."""
+    config = Config(steps=steps, log_every=log_every)
+    assert config.streamed_every == every

@@ -7,6 +7,8 @@ names are chosen for `loss` to sort first in both (then `lossgap_log10`, `lossra
 
 import re
 
+from reluexp.config import TENSORBOARD_POINTS
+
 LOSS = "loss/train"
 # The lr a step's update used, where a schedule changes it.
 LR = "optimizer/lr"
@@ -169,3 +171,10 @@ def layout(params: list[str], sites: list[str]) -> dict[str, dict[str, Chart]]:
             "the activation's own parameters": [r"param/.*"],
         },
     }
+
+
+def dashboard_command(logdir: str, rows: int | None) -> str:
+    """`tensorboard --logdir DIR`, keeping every streamed point where a tag has more of them
+    than TensorBoard's default sample (a random TENSORBOARD_POINTS)."""
+    keep = f" --samples_per_plugin=scalars={rows}" if rows and rows > TENSORBOARD_POINTS else ""
+    return f"tensorboard --logdir {logdir}{keep}"

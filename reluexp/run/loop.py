@@ -108,7 +108,7 @@ def train_loop(training: Training) -> None:
         step = state.step
         last = step == config.steps - 1
         # Print steps are recorded too: their lines come from the flushed rows.
-        recording = step % config.log_every == 0 or config.prints_at(step) or last
+        recording = step % config.streamed_every == 0 or config.prints_at(step) or last
         if recording:  # the activation's inputs and outputs, seen by its forward hooks
             capture.start()
         x, y = batches.at(step)

@@ -21,6 +21,7 @@ from reluexp.record.tags import (
     IDENTICAL_LOG10,
     LOSS,
     LOSS_LOG10,
+    dashboard_command,
     layout,
     loss_band,
     loss_gap,
@@ -344,15 +345,16 @@ class Written:
         """The tensorboard command whose page fills by itself: the sweep's every run where
         TensorBoard ticks them all (MAX_TICKED_RUNS), else its group view, with the per-job
         view beside it."""
+        rows = max((job.summary.recorded_steps or 0 for job in self.jobs), default=0)
         if self.runs <= MAX_TICKED_RUNS:
-            return f"tensorboard --logdir {sweep_dir}"
+            return dashboard_command(sweep_dir, rows)
         beyond = f"more than the {MAX_TICKED_RUNS} TensorBoard ticks by itself"
         view = "one run per group"
         if self.view_runs > MAX_TICKED_RUNS:
             view += f", {self.view_runs} runs, {beyond}: tick them in its run list"
         return (
-            f"tensorboard --logdir {sweep_dir}/{GROUP_VIEW} ({view}; every job: tensorboard "
-            f"--logdir {sweep_dir}, {self.runs} runs, {beyond})"
+            f"{dashboard_command(f'{sweep_dir}/{GROUP_VIEW}', rows)} ({view}; every job: "
+            f"{dashboard_command(sweep_dir, rows)}, {self.runs} runs, {beyond})"
         )
 
     @property
