@@ -64,12 +64,14 @@ def opchecked(context: Context) -> Finding:
 
 
 def compiled(context: Context) -> Finding | Learnt:
-    """Forward and backward compiled whole (fullgraph, the aot_eager backend: traced as
-    inductor traces them, no kernels built) on the lab's inputs, against eager."""
+    """Forward and backward compiled whole (fullgraph) on the lab's inputs, against eager.
+    Dynamo's own `eager` backend: it traces what inductor would be given, graph breaks
+    included, in a tenth of aot_eager's time (0.13 s against 1.2 s for MyReLU, most of it
+    importing AOTAutograd); a custom op's AOT tracing is opcheck's."""
     subject, name = context.subject, "torch.compile fullgraph"
     generator = torch.Generator().manual_seed(12)
     torch.compiler.reset()
-    fn = torch.compile(subject.plain, fullgraph=True, backend="aot_eager")
+    fn = torch.compile(subject.plain, fullgraph=True, backend="eager")
     for dtype in (torch.float32, torch.float64):
         x = context.probe.lifted(context.sample((64, 100), generator).to(dtype)).requires_grad_()
         g = torch.randn(x.shape, generator=generator, dtype=torch.float64).to(dtype)
@@ -107,7 +109,7 @@ def compiles_at_all() -> bool:
     """torch.compile works here at all (a Python it supports, its backends importable)."""
     torch.compiler.reset()
     try:
-        torch.compile(lambda v: v + 1, fullgraph=True, backend="aot_eager")(torch.ones(2))
+        torch.compile(lambda v: v + 1, fullgraph=True, backend="eager")(torch.ones(2))
     except Exception:
         return False
     return True
