@@ -34,14 +34,19 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 
 
-def signalled_at_import(module: str, imported: str, signum: int, *args: str, cwd):
+def python_script(script: str, *args: str, cwd) -> subprocess.CompletedProcess:
+    """`python -c SCRIPT ARGS` in cwd, its output captured."""
     return subprocess.run(
-        [sys.executable, "-c", SIGNALLED_AT_IMPORT, module, imported, str(signum), *args],
+        [sys.executable, "-c", script, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def signalled_at_import(module: str, imported: str, signum: int, *args: str, cwd):
+    return python_script(SIGNALLED_AT_IMPORT, module, imported, str(signum), *args, cwd=cwd)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -78,13 +83,7 @@ runpy.run_module("reluexp", run_name="__main__", alter_sys=True)
 def test_a_signal_once_hydra_made_the_run_directory_leaves_none(tmp_path, signum):
     """58: it left a directory holding only .hydra/ and an empty reluexp.log, which no resume
     understands."""
-    result = subprocess.run(
-        [sys.executable, "-c", SIGNALLED_AT_JOB_START, str(signum), "steps=2", *SMALL],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = python_script(SIGNALLED_AT_JOB_START, str(signum), "steps=2", *SMALL, cwd=tmp_path)
     assert result.returncode == 128 + signum
     assert result.stderr == "reluexp: interrupted during start-up; nothing was trained\n"
     assert (tmp_path / "outputs" / "runs").is_dir()  # Hydra had made the run's directory
@@ -159,13 +158,7 @@ runpy.run_module("reluexp.check", run_name="__main__", alter_sys=True)
 def test_a_signal_while_the_lab_writes_its_report_is_answered(tmp_path, signum):
     """58: a stop in the check's last ~0.8 s (its report and picture) was ignored: verdict,
     exit 0."""
-    result = subprocess.run(
-        [sys.executable, "-c", SIGNALLED_AT_REPORT, str(signum), "hydra.run.dir=check"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = python_script(SIGNALLED_AT_REPORT, str(signum), "hydra.run.dir=check", cwd=tmp_path)
     assert result.returncode == 128 + signum
     assert result.stderr == "reluexp.check: interrupted while writing its report\n"
     assert "check.md" in result.stdout  # the verdict, and where the report is
