@@ -29,7 +29,8 @@ def test_defaults_are_the_reference_experiment(composed):
     )
     assert (config.lr, config.steps, config.seed, config.device) == (1e-6, 500, 42, "auto")
     assert config.activation.name == "myrelu" and config.dtype is Dtype.float32
-    assert (config.log_every, config.print_every) == (1, 100)
+    # log_every unset streams every one of the article's 500 steps.
+    assert (config.log_every, config.streamed_every, config.print_every) == (None, 1, 100)
     # The defaults are the schema's: YAML states none of them again.
     assert asdict(config) == asdict(Config())
 

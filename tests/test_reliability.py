@@ -167,13 +167,15 @@ def test_bad_inputs_exit_nonzero_with_a_message_and_no_traceback(tmp_path):
 
 
 def start_training(run_dir):
-    """Start a run and return once it has written its first periodic checkpoint."""
+    """Start a run streaming every step and return once it has written its first periodic
+    checkpoint."""
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "reluexp",
             f"steps={STEPS}",
+            "log_every=1",
             "checkpoint_every=200",
             f"hydra.run.dir={run_dir}",
             *SMALL,
