@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
-from reluexp.hydra_glue import compose_config, task_config
+from reluexp.hydra_glue import compose_config
 from reluexp.run import runner
+from reluexp.validation import task_config
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 

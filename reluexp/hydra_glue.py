@@ -1,20 +1,16 @@
 """Hydra glue shared by the entry points (`python -m reluexp`, `reluexp.check`): where the
 configs are, the resolvers they use, the named studies, and composition errors as one line."""
 
-import copy
-import difflib
 import json
 import os
 import re
 import textwrap
 import traceback
-from collections.abc import Iterable, Iterator
-from dataclasses import fields, is_dataclass
+from collections.abc import Iterable
 from datetime import datetime
 from enum import Enum
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any
 
 import hydra
 import omegaconf
@@ -24,13 +20,14 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
 from hydra_plugins.reluexp_launcher import launchers
-from reluexp.config import Config, ConfigError, key_meanings
+from reluexp.config import Config, key_meanings
 from reluexp.sweeps.names import job_dir_name
+from reluexp.validation import OPEN_KEY, TOP_GROUPS, close_match
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
 # wheel finds them from any directory, and an editable install finds the repository's.
@@ -109,52 +106,6 @@ for preset in sorted(resources.files(EXPERIMENTS_MODULE).iterdir(), key=lambda p
         )
 
 
-# Where a new key means something: a target's keyword arguments, which the target's own
-# signature checks (functions/targets.py).
-OPEN_KEY = "activation.params"
-# Groups chosen at the top of the config whose name is no key of the schema.
-TOP_GROUPS = ("experiment",)
-
-
-def close_match(key: str, candidates: Iterable[str]) -> str | None:
-    """The candidate a mistyped key most likely meant (`activaton` -> `activation`)."""
-    matches = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
-    return matches[0] if matches else None
-
-
-def unread_keys(
-    node: DictConfig, schema: type = Config, prefix: str = ""
-) -> Iterator[tuple[str, str | None]]:
-    """Keys of a composed config that no field of the schema reads (one added with Hydra's `+`,
-    such as `+activaton=relu`), dotted, each with the key it most likely meant."""
-    schema_fields = {field.name: field.type for field in fields(schema)}
-    for key in node:
-        dotted = f"{prefix}{key}"
-        if key not in schema_fields:
-            match = close_match(str(key), schema_fields)
-            yield dotted, match and f"{prefix}{match}"
-        elif is_dataclass(schema_fields[key]) and isinstance(node[key], DictConfig):
-            yield from unread_keys(node[key], schema_fields[key], f"{dotted}.")
-
-
-def task_config(cfg: DictConfig) -> Config:
-    """The typed task config: the composed config without its `hydra` node. A key that nothing
-    reads is a ConfigError naming it: it would change nothing, and the run would be the
-    default's."""
-    cfg = copy.deepcopy(cfg)
-    with read_write(cfg), open_dict(cfg):
-        del cfg["hydra"]
-    unread = next(unread_keys(cfg), None)
-    if unread is not None:
-        key, match = unread
-        raise ConfigError(
-            f"{key}: no such key, so nothing would read it"
-            + (f"; did you mean {match}?" if match else "")
-            + f" (only {OPEN_KEY} takes new keys)"
-        )
-    return OmegaConf.to_object(cfg)
-
-
 def compose_config(overrides: list[str]) -> DictConfig:
     """The config `python -m reluexp OVERRIDES` would run, `hydra` node included."""
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
@@ -202,14 +153,6 @@ def search_space_advice(args: Iterable[str]) -> str:
             shown = f"{key.removeprefix(SEARCH_SPACE)}={value.strip(chr(34) + chr(39))}"
             return f"; a search space on the command line is the key's own override: '{shown}'"
     return ""
-
-
-def config_keys(node: Any, prefix: str = "") -> Iterator[str]:
-    """Every dotted key of a plain config (OmegaConf.to_container's), nodes and leaves."""
-    for key, value in node.items():
-        yield f"{prefix}{key}"
-        if isinstance(value, dict):
-            yield from config_keys(value, f"{prefix}{key}.")
 
 
 def versions_line() -> str:

@@ -15,18 +15,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from reluexp.config import ConfigError
-from reluexp.hydra_glue import (
-    OPEN_KEY,
-    SEARCH_SPACE,
-    TOP_GROUPS,
-    close_match,
-    config_keys,
-    task_config,
-)
+from reluexp.hydra_glue import SEARCH_SPACE
 from reluexp.run.rundir import RESERVE_BYTES
 from reluexp.sweeps.finish import check_same_sweep
 from reluexp.sweeps.report.discovery import jobs_in
 from reluexp.sweeps.slurm import check_slurm_resources
+from reluexp.validation import OPEN_KEY, TOP_GROUPS, close_match, config_keys, task_config
 
 # What Hydra writes into a run's directory before the run starts (.hydra/'s three files, the
 # log), with room to spare: about six pages of a file system.

@@ -1,8 +1,15 @@
-"""The config's range checks: every value against what it may be, one ConfigError naming the
-key (the schema, in reluexp.config, says what each key is; these say what it may be)."""
+"""The config's checks: a composed config's keys against the schema (task_config), and every
+value against what it may be, one ConfigError naming the key (the schema, in reluexp.config,
+says what each key is; these say what it may be)."""
 
+import copy
+import difflib
 import math
+from collections.abc import Iterable, Iterator
+from dataclasses import fields, is_dataclass
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from reluexp.config import (
     Config,
@@ -160,3 +167,57 @@ def validate_update(config: Config) -> None:
         milestones,
         "must be increasing steps from 1 on",
     )
+
+
+# Where a new key means something: a target's keyword arguments, which the target's own
+# signature checks (functions/targets.py).
+OPEN_KEY = "activation.params"
+# Groups chosen at the top of the config whose name is no key of the schema.
+TOP_GROUPS = ("experiment",)
+
+
+def close_match(key: str, candidates: Iterable[str]) -> str | None:
+    """The candidate a mistyped key most likely meant (`activaton` -> `activation`)."""
+    matches = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unread_keys(
+    node: DictConfig, schema: type = Config, prefix: str = ""
+) -> Iterator[tuple[str, str | None]]:
+    """Keys of a composed config that no field of the schema reads (one added with Hydra's `+`,
+    such as `+activaton=relu`), dotted, each with the key it most likely meant."""
+    schema_fields = {field.name: field.type for field in fields(schema)}
+    for key in node:
+        dotted = f"{prefix}{key}"
+        if key not in schema_fields:
+            match = close_match(str(key), schema_fields)
+            yield dotted, match and f"{prefix}{match}"
+        elif is_dataclass(schema_fields[key]) and isinstance(node[key], DictConfig):
+            yield from unread_keys(node[key], schema_fields[key], f"{dotted}.")
+
+
+def task_config(cfg: DictConfig) -> Config:
+    """The typed task config: the composed config without its `hydra` node. A key that nothing
+    reads is a ConfigError naming it: it would change nothing, and the run would be the
+    default's."""
+    cfg = copy.deepcopy(cfg)
+    with read_write(cfg), open_dict(cfg):
+        del cfg["hydra"]
+    unread = next(unread_keys(cfg), None)
+    if unread is not None:
+        key, match = unread
+        raise ConfigError(
+            f"{key}: no such key, so nothing would read it"
+            + (f"; did you mean {match}?" if match else "")
+            + f" (only {OPEN_KEY} takes new keys)"
+        )
+    return OmegaConf.to_object(cfg)
+
+
+def config_keys(node: Any, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of a plain config (OmegaConf.to_container's), nodes and leaves."""
+    for key, value in node.items():
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from config_keys(value, f"{prefix}{key}.")

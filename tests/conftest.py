@@ -11,6 +11,7 @@ import torch
 
 from reluexp import hydra_glue
 from reluexp.config import Config
+from reluexp.validation import task_config
 from tests.helpers import seed_loop
 
 # A suite started in the background (CI under nohup, `pytest &`) inherits SIGINT ignored, and so
@@ -28,7 +29,7 @@ def composed() -> Callable[..., Config]:
     overrides, typed and normalized, without running anything."""
 
     def compose(*overrides: str) -> Config:
-        return hydra_glue.task_config(hydra_glue.compose_config(list(overrides)))
+        return task_config(hydra_glue.compose_config(list(overrides)))
 
     return compose
 

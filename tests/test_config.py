@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from reluexp import hydra_glue
 from reluexp.config import Config, ConfigError, Dtype, config_dict, key_meanings
 from reluexp.functions.targets import resolve_activation
-from reluexp.validation import validate
+from reluexp.validation import task_config, validate
 from tests.helpers import EXPERIMENTS, SHIPPED_ACTIVATIONS
 
 pytestmark = pytest.mark.compat
@@ -104,7 +104,7 @@ def test_bad_overrides_fail_at_compose_time_naming_the_key(override, message, co
 )
 def test_a_key_added_with_a_plus_that_nothing_reads_is_refused(override, message):
     with pytest.raises(ConfigError) as raised:
-        hydra_glue.task_config(hydra_glue.compose_config([override]))
+        task_config(hydra_glue.compose_config([override]))
     assert str(raised.value).startswith(message)
 
 
@@ -112,7 +112,7 @@ def test_a_custom_activations_new_param_is_read():
     cfg = hydra_glue.compose_config(
         ["activation=custom", "activation.target=torch.relu", "+activation.params.b=2"]
     )
-    assert hydra_glue.task_config(cfg).activation.params == {"b": 2}
+    assert task_config(cfg).activation.params == {"b": 2}
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from reluexp.config import Config, ConfigError, DataName
-from reluexp.hydra_glue import compose_config, task_config
+from reluexp.hydra_glue import compose_config
 from reluexp.record import progress
 from reluexp.record.events import read_scalars
 from reluexp.run import runner
 from reluexp.run.data import Dataset
 from reluexp.run.losses import objective
 from reluexp.run.signals import StopSignals
+from reluexp.validation import task_config
 from tests.helpers import run_cli, summary
 
 pytestmark = pytest.mark.compat

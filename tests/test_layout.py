@@ -26,27 +26,36 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def top_level_imports(path: Path) -> set[str]:
-    """The reluexp modules a module imports when it is imported (not those imported inside a
-    function, on purpose later, nor under TYPE_CHECKING)."""
+def imports_of(path: Path) -> set[str]:
+    """The reluexp and hydra_plugins modules a module imports, wherever: at its top, and inside
+    a function, imported later on purpose (an import cycle through one still runs, backwards,
+    when that function does); not under TYPE_CHECKING."""
     found = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+    typing_only = {
+        id(child)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in ast.walk(node)
+    }
+    for node in ast.walk(ast.parse(path.read_text())):
+        if id(node) in typing_only:
             continue
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("reluexp")}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("reluexp"):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
             # `from reluexp.run import runner` imports the module reluexp.run.runner.
-            for alias in node.names:
-                candidate = f"{node.module}.{alias.name}"
-                if (REPO_ROOT / Path(*candidate.split("."))).with_suffix(".py").is_file():
-                    found.add(candidate)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
     return found
 
 
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-GRAPH = {name: top_level_imports(path) & set(MODULES) for name, path in MODULES.items()}
+# Every module the product ships: the package and the launcher plugin Hydra finds by namespace.
+MODULES = {
+    module_name(p): p
+    for root in (PACKAGE, REPO_ROOT / "hydra_plugins")
+    for p in sorted(root.rglob("*.py"))
+}
+GRAPH = {name: (imports_of(path) & set(MODULES)) - {name} for name, path in MODULES.items()}
 
 
 def test_the_package_is_made_of_sub_packages_that_name_its_parts():
@@ -65,6 +74,13 @@ def test_the_package_is_made_of_sub_packages_that_name_its_parts():
         "report.py",
         "validation.py",
     ]
+
+
+def test_the_graph_sees_imports_inside_functions_and_the_plugin():
+    """The cycle that ran hydra_glue -> the launcher plugin (an import inside a function) ->
+    sweeps -> hydra_glue was invisible to a graph of module-level imports of reluexp/ alone."""
+    assert "reluexp.run.runner" in GRAPH["reluexp.cli"]  # imported inside run_job
+    assert "reluexp.sweeps.launcher" in GRAPH["hydra_plugins.reluexp_launcher.launchers"]
 
 
 def test_no_import_cycle():

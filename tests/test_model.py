@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from reluexp.config import ConfigError
-from reluexp.hydra_glue import compose_config, task_config
+from reluexp.hydra_glue import compose_config
 from reluexp.lab import check_function
 from reluexp.record.events import read_events, read_scalars
 from reluexp.run import runner
 from reluexp.run.checkpoint import load_checkpoint
+from reluexp.validation import task_config
 from tests.helpers import REPO_ROOT, run_cli, run_stopped_at, summary
 
 CNN_DIGITS = ["model=cnn", "data=digits", "device=cpu"]

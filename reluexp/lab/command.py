@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 from reluexp.config import ConfigError
-from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line, task_config
+from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line
 from reluexp.lab.pipeline import Interrupted, Options, run_checks
 from reluexp.lab.subject import build_subject
 from reluexp.run.device import resolve_device
 from reluexp.run.process import job_environment
 from reluexp.run.signals import Interrupts
-from reluexp.validation import validate
+from reluexp.validation import task_config, validate
 
 
 def main(argv: list[str] | None = None) -> int:

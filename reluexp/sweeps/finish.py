@@ -11,10 +11,10 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from reluexp.config import ConfigError, config_dict
-from reluexp.hydra_glue import task_config
 from reluexp.run.rundir import shown_path
 from reluexp.sweeps.report.discovery import find_jobs, jobs_in, plan_problem, planned_jobs
 from reluexp.sweeps.workers import threads_per_job
+from reluexp.validation import task_config
 
 # Job statuses a finish command continues.
 UNFINISHED = ("interrupted", "not started", "running")
