@@ -139,6 +139,8 @@ def raised_by_hydra(error: BaseException) -> bool:
 HYDRA_PACKAGES = (Path(hydra.__file__).parent, Path(omegaconf.__file__).parent)
 # The Optuna sweeper's search space, a distribution per key (experiments/lr_search.yaml).
 SEARCH_SPACE = "hydra.sweeper.params."
+# The quotes a value may carry for Hydra's grammar ('...' or "...").
+QUOTES = "'\""
 
 
 def search_space_advice(args: Iterable[str]) -> str:
@@ -150,7 +152,7 @@ def search_space_advice(args: Iterable[str]) -> str:
         key, _, value = arg.partition("=")
         key = key.lstrip("+~")
         if key.startswith(SEARCH_SPACE) and value:
-            shown = f"{key.removeprefix(SEARCH_SPACE)}={value.strip(chr(34) + chr(39))}"
+            shown = f"{key.removeprefix(SEARCH_SPACE)}={value.strip(QUOTES)}"
             return f"; a search space on the command line is the key's own override: '{shown}'"
     return ""
 

@@ -593,3 +593,13 @@ def test_tensorboard_started_as_the_closing_line_says_draws_every_streamed_point
     assert len(steps) == rows and steps[-1] == 2999
     if not log_every:
         assert steps[:4] == [0, 3, 6, 9]
+
+
+def test_a_rate_under_one_step_a_second_reads_in_seconds_a_step():
+    """62.6: a ResNet's short trial on a CPU said `0 steps/s`."""
+    assert [progress.pace(r) for r in (729.4, 1.0, 0.4, 0.0123)] == [
+        "729 steps/s",
+        "1 steps/s",
+        "2.5 s/step",
+        "81.3 s/step",
+    ]
