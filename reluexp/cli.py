@@ -5,6 +5,7 @@ a job runs and how it ended to its closing line and exit status.
 torch is imported where a run starts, not here: `--help` and a mistyped key answer without it
 (importing torch takes about a second)."""
 
+import contextlib
 import enum
 import logging
 import math
@@ -222,7 +223,12 @@ def remove_unstarted_run_dir(hydra_config: DictConfig) -> None:
         return
     run_dir = Path(output_dir)
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= START_FILES:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+        (run_dir / "reluexp.log").unlink(missing_ok=True)
+        # The directory itself, unless it is where the command was launched (hydra.run.dir=.).
+        if run_dir.resolve() != Path(hydra_config.runtime.cwd).resolve():
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
 
 
 def stopped_sweep_end(sweep_dir: Path, parallel: bool) -> None:

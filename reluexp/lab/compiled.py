@@ -25,6 +25,8 @@ OPCHECK = {
 }
 # Where torch and reluexp live: a graph break's line is the first of the user's code.
 LIBRARIES = (Path(torch.__file__).parent, Path(__file__).parent.parent)
+# The --compile check's name.
+COMPILED_COST = "cost: compiled forward+backward time"
 # Within this many units of the dtype of eager's values, a compiled result is eager's.
 COMPILED_UNITS = 16
 
@@ -120,7 +122,7 @@ def compiled_cost(context: Context, repetitions: int = 5) -> Finding:
     backend: its kernels built, which takes seconds) at (64, 100) float32, beside the
     reference compiled alike and the eager Function: does the custom Function keep the fusion
     the built-in gets?"""
-    subject, name = context.subject, "cost: compiled forward+backward time"
+    subject = context.subject
     x = torch.randn(64, 100, generator=torch.Generator().manual_seed(13))
     sides = {"compiled": torch.compile(subject.plain), "eager": subject.plain}
     if subject.reference is not None:
@@ -138,7 +140,7 @@ def compiled_cost(context: Context, repetitions: int = 5) -> Finding:
     detail = ", ".join(f"{side} {value:.3g} us" for side, value in us.items())
     if "compiled reference" in us:
         detail += f": {us['compiled'] / us['compiled reference']:.2f}x the compiled reference's"
-    return Finding(Group.COST, name, Status.INFO, f"(64, 100) float32, {detail}")
+    return Finding(Group.COST, COMPILED_COST, Status.INFO, f"(64, 100) float32, {detail}")
 
 
 def compile_checks(context: Context) -> list[Check]:
@@ -154,7 +156,7 @@ def compile_checks(context: Context) -> list[Check]:
         checks.append(
             Check(
                 Group.COST,
-                "cost: compiled forward+backward time",
+                COMPILED_COST,
                 lambda: compiled_cost(context),
                 Status.UNSUPPORTED,
             )
