@@ -5,7 +5,6 @@ a job runs and how it ended to its closing line and exit status.
 torch is imported where a run starts, not here: `--help` and a mistyped key answer without it
 (importing torch takes about a second)."""
 
-import contextlib
 import enum
 import logging
 import math
@@ -211,24 +210,21 @@ def check_stops(hydra_config: DictConfig) -> None:
         raise
 
 
-# What Hydra writes into a single run's directory before the run starts.
-START_FILES = {".hydra", "reluexp.log"}
+START_FILES = {".hydra", "reluexp.log"}  # what Hydra writes into a run's directory first
 
 
 def remove_unstarted_run_dir(hydra_config: DictConfig) -> None:
     """A single run's directory that holds only Hydra's start files (a stop came before the
-    run began: no resume would understand it) is removed."""
+    run began: no resume would understand it) is removed, unless it is where the command was
+    launched (hydra.run.dir=.): there only the files go."""
     output_dir = OmegaConf.select(hydra_config, "runtime.output_dir")
     if hydra_config.mode == RunMode.MULTIRUN or not output_dir:
         return
     run_dir = Path(output_dir)
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= START_FILES:
-        shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+        launched_here = run_dir.resolve() == Path(hydra_config.runtime.cwd).resolve()
+        shutil.rmtree(run_dir / ".hydra" if launched_here else run_dir, ignore_errors=True)
         (run_dir / "reluexp.log").unlink(missing_ok=True)
-        # The directory itself, unless it is where the command was launched (hydra.run.dir=.).
-        if run_dir.resolve() != Path(hydra_config.runtime.cwd).resolve():
-            with contextlib.suppress(OSError):
-                run_dir.rmdir()
 
 
 def stopped_sweep_end(sweep_dir: Path, parallel: bool) -> None:
