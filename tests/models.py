@@ -2,6 +2,7 @@
 and wrong: a timm-style `activation` argument, a model with its own nn.ReLU to replace, and the
 mistakes a factory makes."""
 
+import torch
 from torch import nn
 
 
@@ -84,3 +85,15 @@ def image_input(activation, input_shape, d_out):
         nn.Conv2d(channels, 4, 3, padding=1), activation(), nn.Flatten(),
         nn.Linear(4 * input_shape[1] * input_shape[2], d_out),
     )  # fmt: skip
+
+
+class WithATotal(nn.Module):
+    """A parameter named `total`: its gradient norm's tag would be the total's."""
+
+    def __init__(self, activation, d_in, d_out):
+        super().__init__()
+        self.total = nn.Parameter(torch.zeros(d_out))
+        self.layer, self.act = nn.Linear(d_in, d_out), activation()
+
+    def forward(self, x):
+        return self.act(self.layer(x)) + self.total

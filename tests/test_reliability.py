@@ -511,23 +511,40 @@ def test_resuming_into_a_read_only_directory_is_one_line(tmp_path):
     assert after == before
 
 
-def test_a_run_a_format_6_release_interrupted_resumes_to_the_uninterrupted_loss(tmp_path):
-    """tests/checkpoints/format6: reluexp 0.2.0's checkpoint (fp16 with SGD, SIGTERM at step 20
-    of 40). Upgraded to this format, it resumes and ends where a run that was never
-    interrupted ends (bit for bit on the machine that wrote it; the first 20 steps' float32
-    rounding depends on the CPU's instruction set, so within float16's rounding here)."""
-    run_dir = shutil.copytree(REPO_ROOT / "tests" / "checkpoints" / "format6", tmp_path / "run")
+@pytest.mark.parametrize(
+    ("written", "version", "what"),
+    [
+        (3, "0.1.0", "adam, model.bias=true: one optimizer group, regrouped"),
+        (4, "0.2.0", "the article's manual update; `optimizer` a name"),
+        (5, "0.2.0", "sgd with momentum, Nesterov, weight decay, a cosine schedule's warmup"),
+        (6, "0.2.0", "fp16 with sgd: the gradient scaler's state"),
+    ],
+)
+def test_a_run_an_earlier_format_interrupted_resumes_to_the_uninterrupted_loss(
+    tmp_path, written, version, what
+):
+    """tests/checkpoints/formatN: a run of 40 steps that the version that landed format N
+    wrote, stopped by SIGTERM at step 20. Upgraded format by format, it resumes and ends where
+    a run that was never interrupted ends (bit for bit on the machine that wrote it, against
+    that version's own uninterrupted run; elsewhere the first 20 steps' float32 rounding
+    depends on the CPU's instruction set, so within rounding here)."""
+    run_dir = shutil.copytree(
+        REPO_ROOT / "tests" / "checkpoints" / f"format{written}", tmp_path / "run"
+    )
     before = summary(run_dir)
     assert (before["status"], before["steps_done"], before["versions"]["reluexp"]) == (
         "interrupted",
         20,
-        "0.2.0",
+        version,
     )
-    assert torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["format"] == 6
+    assert torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["format"] == written
     resumed = runner.resume(run_dir)
-    fresh = runner.run(config_from_dict(before["config"]), tmp_path / "fresh")
+    after = summary(run_dir)
+    fresh = runner.run(config_from_dict(after["config"]), tmp_path / "fresh")
     assert (resumed.status, resumed.steps_done) == ("completed", 40)
     assert resumed.final_loss == pytest.approx(fresh.final_loss, rel=1e-3)
     assert resumed.final_loss != before["final_loss"]
-    # Counted from the resume on: format 6 kept no count.
+    # The summary holds the upgraded config, as its new checkpoint does: it resumes again.
+    assert after["config"] == torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["config"]
+    # Counted from the resume on: formats before 7 kept no count.
     assert resumed.summary.recorded_steps == 20

@@ -10,13 +10,14 @@ import torch
 
 from reluexp.config import Config, ConfigError
 from reluexp.functions.targets import layers_of
+from reluexp.record import tags
 from reluexp.record.metrics import MetricStream
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
 from reluexp.run.data import Dataset
 from reluexp.run.model import build_model
 from reluexp.run.update import WeightUpdate
-from tests.helpers import SeedRelu, run_cli, scalars, seed_loop, tensorboard
+from tests.helpers import REPO_ROOT, SeedRelu, run_cli, scalars, seed_loop, tensorboard
 
 pytestmark = pytest.mark.compat
 
@@ -281,6 +282,73 @@ def test_a_smaller_last_batch_keeps_the_grouping_of_the_sites():
             assert values[f"units/act{i}/exact_zeros"] == (pre == 0).sum()
             assert values[f"units/act{i}/output_max"] == post.max()
             assert values[f"units/act{i}/output_min"] == post.min()
+
+
+def recorded_row(stream: MetricStream, order: list[str]) -> dict[str, float]:
+    """One row whose update's values are recorded in `order`, as {tag: value}: a gradient of
+    norm 6 (sqrt(4 * 9)), a weight of norm 6 (sqrt(9 * 4)), an activation slope of 0.5."""
+    parameter = torch.nn.Parameter(torch.zeros(4))
+    parameter.grad = torch.full((4,), 3.0)
+    recorders = {
+        "grads": lambda row: row.record_grad_norms([parameter]),
+        "weights": lambda row: row.record_weight_norms([torch.full((9,), 2.0)]),
+        "params": lambda row: row.record_activation_params([torch.tensor([0.5])]),
+    }
+    row = stream.new_row()
+    row.record_activations(torch.tensor(7.0), [(torch.ones(2, 3), torch.ones(2, 3))])
+    for name in order:
+        recorders[name](row)
+    stream.end_row(0, row)
+    return dict(zip(stream.tags, stream.flush().rows[0]))
+
+
+@pytest.mark.parametrize("order", [["grads", "weights", "params"], ["params", "weights", "grads"]])
+def test_a_rows_values_land_under_their_tags_whatever_order_they_are_recorded_in(order):
+    stream = MetricStream(["w"], [("act", 3)], {"act.slope": 1})
+    values = recorded_row(stream, order)
+    assert values["loss/train"] == 7.0
+    assert values["norm/grad_w"] == values["norm/grad_total"] == 6.0  # sqrt(4 * 9)
+    assert values["norm/weight_w"] == 6.0  # sqrt(9 * 4)
+    assert values["param/act.slope"] == 0.5
+
+
+def test_the_rows_segments_reordered_keep_every_value_under_its_tag(monkeypatch):
+    # The segments' order decides both the tags' order and the columns'.
+    in_order = tags.segments
+
+    def reversed_segments(*args, **kwargs):
+        return dict(reversed(list(in_order(*args, **kwargs).items())))
+
+    everything = ["grads", "weights", "params"]
+    expected = recorded_row(MetricStream(["w"], [("act", 3)], {"act.slope": 1}), everything)
+    monkeypatch.setattr(tags, "segments", reversed_segments)
+    stream = MetricStream(["w"], [("act", 3)], {"act.slope": 1})
+    assert stream.tags[0] != "loss/train"
+    assert recorded_row(stream, everything) == expected
+
+
+def test_a_segment_whose_values_and_tags_differ_in_number_is_refused():
+    stream = MetricStream(["w1", "w2"], [("act", 3)], {})
+    with pytest.raises(RuntimeError, match="^the stream's grad_norms segment has 1 values a row"):
+        recorded_row(stream, ["grads", "weights"])
+
+
+def test_a_parameter_whose_tag_is_the_totals_is_one_line(tmp_path):
+    result = run_cli(
+        "model=custom",
+        "model.target=tests.models.WithATotal",
+        "device=cpu",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "reluexp: error: two streamed values would share the tag norm/grad_total: rename the "
+        "model's parameter or activation site that streams under it (a parameter named "
+        "`total` is the total gradient norm's)"
+    )
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(

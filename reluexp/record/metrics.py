@@ -163,18 +163,20 @@ def shapes_of(calls: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple]:
 
 @dataclass
 class MetricRow:
-    """One logged step's values, in the order they are recorded: `record_activations` after
-    the backward, `record_grad_norms` before the update and `record_weight_norms` after it,
-    `record_activation_params` last. They stay on the device until the flush.
+    """One logged step's values, each under its segment (tags.segments), whatever order they
+    are recorded in: `record_activations` after the backward, `record_grad_norms` before the
+    update, `record_weight_norms` and `record_activation_params` after it. They stay on the
+    device until the flush.
 
     At the reference size an op costs more in dispatch than in arithmetic, and more again
     once the step's own data has left the caches: a row holds each value as the op that
     made it returned it (no copy, no reshape), and the flush stacks them a kind at a time."""
 
     loss: torch.Tensor | None = None
-    # The squared norms (tags.streamed's order) and the activation's parameter statistics,
-    # one-dimensional tensors.
-    values: list[torch.Tensor] = field(default_factory=list)
+    # The values recorded on the device by segment (tags.segments): the gradients' and the
+    # weights' squared norms, the activation's parameter statistics, one-dimensional tensors.
+    # By name, not position: the order they are recorded in does not decide their tags.
+    recorded: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     # Each site's count of nonzero inputs, in the layout's grouped order.
     nonzero: list[torch.Tensor] = field(default_factory=list)
     # Per group of sites (SiteLayout), each unit's largest and smallest output over the batch
@@ -208,24 +210,24 @@ class MetricRow:
 
     def record_grad_norms(self, params: list[torch.Tensor]) -> None:
         """Each parameter's gradient's squared norm (0 where the loss does not reach it)."""
-        self.values.append(
-            squared_norms([flat(p.grad) if p.grad is not None else p.new_zeros(1) for p in params])
-        )
+        grads = [flat(p.grad) if p.grad is not None else p.new_zeros(1) for p in params]
+        self.recorded[tags.GRAD_NORMS] = [squared_norms(grads)]
 
     def record_weight_norms(self, flat_params: list[torch.Tensor]) -> None:
         """The parameters as `flat` views, taken once per run."""
-        self.values.append(squared_norms(flat_params))
+        self.recorded[tags.WEIGHT_NORMS] = [squared_norms(flat_params)]
 
     def record_activation_params(self, params: list[torch.Tensor]) -> None:
         """A scalar parameter's value; a tensor's squared norm, mean, min, max
         (tags.activation_params)."""
+        values = []
         for p in params:
             p = p.detach()
             if p.numel() == 1:  # a copy: the parameter changes in place at the next update
-                self.values.append(p.reshape(1).clone())
+                values.append(p.reshape(1).clone())
             else:
-                statistics = [squared_norm(flat(p)), p.mean(), p.min(), p.max()]
-                self.values.append(torch.stack(statistics))
+                values.append(torch.stack([squared_norm(flat(p)), p.mean(), p.min(), p.max()]))
+        self.recorded[tags.ACTIVATION_PARAMS] = values
 
 
 class MetricStream:
@@ -246,19 +248,21 @@ class MetricStream:
         """params: the trained parameters' names; sites: each activation site's name and its
         units per example; activation_param_sizes: the activation's own parameters' sizes;
         of_the_step: values that are functions of the step alone, by tag (the scheduled lr):
-        computed on the host at the flush, the last columns of a row. A new such column is
-        one entry here."""
+        computed at the flush (tags.OF_THE_STEP). A new such column is one entry here."""
         self.params = params
         self.sites = [name for name, _ in sites]
         self.units = [units for _, units in sites]
         self.of_the_step = of_the_step or {}
-        self.tags = tags.streamed(
+        self.segments = tags.segments(
             params, self.sites, activation_param_sizes, tuple(self.of_the_step)
         )
-        # Which of a row's values are squared norms: the parameters' and a tensor parameter's.
-        self.squared = [False] + [True] * (2 * len(params))
-        for size in activation_param_sizes.values():
-            self.squared += [False] if size == 1 else [True, False, False, False]
+        self.tags = [tag for segment in self.segments.values() for tag in segment]
+        # Which of the activation parameters' values are squared norms: a tensor's first.
+        self.squared_params = [
+            square
+            for size in activation_param_sizes.values()
+            for square in ([False] if size == 1 else [True, False, False, False])
+        ]
         self.rows: list[MetricRow] = []
         self.steps: list[int] = []
         self.times: list[float] = []
@@ -315,35 +319,61 @@ class MetricStream:
         rows = self.rows
         if not rows:
             return block
-        k, n = len(self.params), len(rows)
-        losses = torch.stack([row.loss for row in rows]).double().reshape(n, 1)
-        recorded = torch.cat([v for row in rows for v in row.values]).double().reshape(n, -1)
-        values = torch.cat([losses, recorded], dim=1)
-        squared = torch.tensor(self.squared, device=values.device)
-        total_grad_norm = values[:, 1 : 1 + k].sum(dim=1, keepdim=True).sqrt()
-        values = torch.where(squared, values.sqrt(), values)
-        columns = [values[:, : 1 + k], total_grad_norm, values[:, 1 + k : 1 + 2 * k]]
-        units = torch.tensor(self.units, dtype=torch.float64, device=values.device)
-        if self.sites:
-            exact_zeros, alive, output_max, output_min = self.site_statistics()
-            dead = 1 - alive.double() / units
-            per_site = torch.stack([dead, exact_zeros, output_max, output_min], dim=2)
-            columns += [
-                1 - alive.sum(dim=1, keepdim=True).double() / units.sum(),
-                exact_zeros.sum(dim=1, keepdim=True),
-                per_site.reshape(n, -1),
-            ]
-        else:  # a model without activation sites: nothing dead, no zeros counted
-            alive = torch.zeros(n, 0, dtype=torch.long)
-            columns += [values.new_zeros(n, 1), values.new_zeros(n, 1)]
-        host = torch.cat([*columns, values[:, 1 + 2 * k :]], dim=1)
+        columns, alive = self.columns(rows)
+        # The row is its segments in tags.segments' order, each checked against its tags.
+        for name, segment in self.segments.items():
+            if columns[name].shape[1] != len(segment):
+                raise RuntimeError(
+                    f"the stream's {name} segment has {columns[name].shape[1]} values a row "
+                    f"and {len(segment)} tags"
+                )
+        host = torch.cat([columns[name] for name in self.segments], dim=1)
         block.steps, block.times = list(self.steps), list(self.times)
         block.rows, block.live_units = host.tolist(), alive.tolist()
-        for step, row in zip(block.steps, block.rows):
-            row += [value(step) for value in self.of_the_step.values()]
         self.rows, self.steps, self.times = [], [], []
         self.last_flush = time.perf_counter()
         return block
+
+    def columns(self, rows: list[MetricRow]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Each segment's values for the rows (n, its tags), float64, by name; and each row's
+        live units per site (n, sites)."""
+        n = len(rows)
+
+        def stacked(segment: str) -> torch.Tensor:
+            values = [v for row in rows for v in row.recorded.get(segment, [])]
+            if not values:
+                return torch.zeros(n, 0, dtype=torch.float64, device=rows[0].loss.device)
+            return torch.cat(values).double().reshape(n, -1)
+
+        grad_squares, params = stacked(tags.GRAD_NORMS), stacked(tags.ACTIVATION_PARAMS)
+        squared = torch.tensor(self.squared_params, dtype=torch.bool, device=params.device)
+        columns = {
+            tags.LOSS_SEGMENT: torch.stack([row.loss for row in rows]).double().reshape(n, 1),
+            tags.GRAD_NORMS: grad_squares.sqrt(),
+            tags.GRAD_TOTAL: grad_squares.sum(dim=1, keepdim=True).sqrt(),
+            tags.WEIGHT_NORMS: stacked(tags.WEIGHT_NORMS).sqrt(),
+            tags.ACTIVATION_PARAMS: torch.where(squared, params.sqrt(), params),
+            tags.OF_THE_STEP: grad_squares.new_tensor(
+                [[value(step) for value in self.of_the_step.values()] for step in self.steps]
+            ).reshape(n, -1),
+        }
+        if not self.sites:  # a model without activation sites: nothing dead, no zeros counted
+            columns[tags.UNITS] = grad_squares.new_zeros(n, 2)
+            columns[tags.SITES] = grad_squares.new_zeros(n, 0)
+            return columns, torch.zeros(n, 0, dtype=torch.long)
+        units = torch.tensor(self.units, dtype=torch.float64, device=grad_squares.device)
+        exact_zeros, alive, output_max, output_min = self.site_statistics()
+        dead = 1 - alive.double() / units
+        columns[tags.UNITS] = torch.cat(
+            [
+                1 - alive.sum(dim=1, keepdim=True).double() / units.sum(),
+                exact_zeros.sum(dim=1, keepdim=True),
+            ],
+            dim=1,
+        )
+        per_site = torch.stack([dead, exact_zeros, output_max, output_min], dim=2)
+        columns[tags.SITES] = per_site.reshape(n, -1)
+        return columns, alive
 
     def site_statistics(self) -> tuple[torch.Tensor, ...]:
         """Per row and site (n, sites): its inputs' exact zeros, its live units, its output's

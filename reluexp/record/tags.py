@@ -7,7 +7,7 @@ names are chosen for `loss` to sort first in both (then `lossgap_log10`, `lossra
 
 import re
 
-from reluexp.config import TENSORBOARD_POINTS
+from reluexp.config import TENSORBOARD_POINTS, ConfigError
 
 LOSS = "loss/train"
 # The lr a step's update used, where a schedule changes it.
@@ -60,27 +60,53 @@ def site_tags(site: str) -> list[str]:
     return [f"units/{site}/{statistic}" for statistic in SITE_STATISTICS]
 
 
+# A streamed row's named segments, in the order of its columns (record.metrics computes each).
+LOSS_SEGMENT, GRAD_NORMS, GRAD_TOTAL, WEIGHT_NORMS = "loss", "grad_norms", "grad_total", "weights"
+UNITS, SITES, ACTIVATION_PARAMS, OF_THE_STEP = "units", "sites", "activation_params", "of_the_step"
+
+
+def segments(
+    params: list[str],
+    sites: list[str],
+    activation_param_sizes: dict[str, int] | None = None,
+    of_the_step: tuple[str, ...] = (),
+) -> dict[str, list[str]]:
+    """A streamed row's segments, by name, each with its tags, in the row's order: the loss,
+    each parameter's gradient norm (by its named_parameters name), their total, each one's
+    norm, the units over every site, each site's, the activation's own parameters, and the
+    values known from the step alone (the scheduled lr). A tag that two values would share
+    (a parameter named `total` against the total's) is a ConfigError in one line."""
+    named = {
+        LOSS_SEGMENT: [LOSS],
+        GRAD_NORMS: [GRAD_NORM_PREFIX + n for n in params],
+        GRAD_TOTAL: [GRAD_NORM_TOTAL],
+        WEIGHT_NORMS: [WEIGHT_NORM_PREFIX + n for n in params],
+        UNITS: [DEAD_FRACTION, EXACT_ZEROS],
+        SITES: [tag for site in sites for tag in site_tags(site)],
+        ACTIVATION_PARAMS: activation_params(activation_param_sizes or {}),
+        OF_THE_STEP: list(of_the_step),
+    }
+    seen: set[str] = set(DERIVED)
+    for tag in (tag for tags in named.values() for tag in tags):
+        if tag in seen:
+            raise ConfigError(
+                f"two streamed values would share the tag {tag}: rename the model's parameter "
+                "or activation site that streams under it (a parameter named `total` is the "
+                "total gradient norm's)"
+            )
+        seen.add(tag)
+    return named
+
+
 def streamed(
     params: list[str],
     sites: list[str],
     activation_param_sizes: dict[str, int] | None = None,
     of_the_step: tuple[str, ...] = (),
 ) -> list[str]:
-    """The tags of one streamed metric row, in order (metrics.MetricStream.flush): the loss,
-    each parameter's gradient norm (by its named_parameters name), their total, each one's
-    norm, the units over every site, each site's, the activation's own parameters, and the
-    values known from the step alone (the scheduled lr)."""
-    return [
-        LOSS,
-        *(GRAD_NORM_PREFIX + n for n in params),
-        GRAD_NORM_TOTAL,
-        *(WEIGHT_NORM_PREFIX + n for n in params),
-        DEAD_FRACTION,
-        EXACT_ZEROS,
-        *(tag for site in sites for tag in site_tags(site)),
-        *activation_params(activation_param_sizes or {}),
-        *of_the_step,
-    ]
+    """The tags of one streamed metric row, in order (segments())."""
+    named = segments(params, sites, activation_param_sizes, of_the_step)
+    return [tag for tags in named.values() for tag in tags]
 
 
 GAP_FAMILY, RANGE_FAMILY = "lossgap_log10", "lossrange_log10"

@@ -16,11 +16,34 @@ from reluexp.record.summary import RunSummary, SummaryError
 from reluexp.record.whole import write_whole
 from reluexp.run.rundir import CHECKPOINT_NAME
 
-# What a checkpoint's fields are (5: the optimizer a group of settings, its state in parameter
-# groups; 6: the gradient scaler's state, precision=fp16's; 7: the outcome's count of recorded
-# and skipped steps). An earlier format is upgraded one format at a time (UPGRADES), a later
-# or unknown one refused, not misread.
+# What a checkpoint's fields are (4: the outcome keeps the largest step; 5: the optimizer a
+# group of settings, its state in parameter groups; 6: the gradient scaler's state,
+# precision=fp16's; 7: the outcome's count of recorded and skipped steps). Every earlier format
+# a landed version wrote (3 on) is upgraded one format at a time (UPGRADES); a later or unknown
+# one is refused, not misread. A new format bumps reluexp's version (CHANGELOG.md).
 CHECKPOINT_FORMAT = 7
+
+
+def from_format_3(payload: dict[str, Any]) -> dict[str, Any]:
+    """Format 3 -> 4: the largest step the lr advice weighs is counted from the resume on
+    (format 3 kept none)."""
+    payload["outcome"] = {**payload["outcome"], "largest_step": 0.0}
+    return payload
+
+
+def from_format_4(payload: dict[str, Any]) -> dict[str, Any]:
+    """Format 4 -> 5: `optimizer` was the update's name, now its group of settings (format 4
+    had neither momentum nor weight decay: the defaults). Its torch state keeps the one
+    parameter group it had, which the update regroups as it loads (WeightUpdate)."""
+    name = payload["config"]["optimizer"]
+    payload["config"] = {**payload["config"], "optimizer": {"name": name}}
+    return payload
+
+
+def from_format_5(payload: dict[str, Any]) -> dict[str, Any]:
+    """Format 5 -> 6: no gradient scaler's state (format 5 had no precision=fp16)."""
+    payload["scaler"] = {}
+    return payload
 
 
 def from_format_6(payload: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +54,7 @@ def from_format_6(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 # format -> its upgrade to the next format.
-UPGRADES = {6: from_format_6}
+UPGRADES = {3: from_format_3, 4: from_format_4, 5: from_format_5, 6: from_format_6}
 
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
@@ -46,8 +69,9 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
     write_whole(run_dir / CHECKPOINT_NAME, buffer.getvalue())
 
 
-def load_checkpoint(run_dir: Path) -> dict[str, Any]:
-    """Tensors and plain values only; anything else is refused with a one-line reason."""
+def load_checkpoint(run_dir: Path, config: dict[str, Any] | None) -> dict[str, Any]:
+    """The checkpoint of the run in run_dir whose summary holds `config`, upgraded to this
+    format. Tensors and plain values only; anything else is refused with a one-line reason."""
     path = run_dir / CHECKPOINT_NAME
     if not path.is_file():
         raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_NAME} in that directory")
@@ -89,6 +113,8 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
             f"upgrades {', '.join(map(str, sorted(UPGRADES)))}: resume it with the version "
             "that wrote it"
         )
+    if payload["config"] != config:
+        raise ConfigError(f"resume={run_dir}: {CHECKPOINT_NAME} was written by another config")
     while payload["format"] != CHECKPOINT_FORMAT:
         payload = UPGRADES[payload["format"]](payload)
         payload["format"] += 1

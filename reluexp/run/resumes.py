@@ -81,9 +81,7 @@ def plan_resume(
         raise ConfigError(f"{where}: the run failed before it started; nothing to resume")
     if summary.ended:
         return ResumePlan(run_dir, summary)
-    checkpoint = load_checkpoint(run_dir)
-    if checkpoint["config"] != summary.config:
-        raise ConfigError(f"{where}: checkpoint.pt was written by another config")
+    checkpoint = load_checkpoint(run_dir, summary.config)
     config = config_from_dict(checkpoint["config"])
     confirmations = {*confirmed, *(f"{key}={value}" for key, value in named.items())}
     unconfirmed = [

@@ -22,7 +22,7 @@ from reluexp.record.metrics import MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder, Series
 from reluexp.record.summary import RunSummary
-from reluexp.record.tags import LR, layout
+from reluexp.record.tags import LR, layout, segments
 from reluexp.run.data import Dataset, data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
@@ -110,9 +110,16 @@ def prepare(
     data, generator = seeded_data(config, arrays)
     probe = data.inputs(data.x[:PROBE_EXAMPLES])
     built = build_model(config, (probe, data.d_out), activation, generator)
+    # A parameter or site whose tag another value streams under is one line (tags.segments).
+    segments(trained_names(built.model), [site.name for site in built.sites])
     check_memory(config, device, sizes, built)
     check_precision(config, built, probe)
     return Prepared(device, data, built, draw_seed(generator))
+
+
+def trained_names(model: torch.nn.Module) -> list[str]:
+    """The names of the model's trained parameters, which their streamed tags carry."""
+    return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
 def check_precision(config: Config, built: Built, x: torch.Tensor) -> None:
@@ -184,6 +191,8 @@ def resume(
     summary.ended_at = summary.signal = summary.error = None
     summary.resumes += 1
     config = plan.config
+    # As its checkpoints will hold it: a config an earlier format wrote, upgraded.
+    summary.config = config_dict(config)
     # The stored config is code in the way any Hydra config is: say what it will import.
     params = f" with params {config.activation.params}" if config.activation.params else ""
     log.info(
@@ -223,7 +232,7 @@ def _run(
             threads=torch.get_num_threads(),
             slurm_job_id=slurm_job_id(),
         )
-        params = [name for name, p in state.model.named_parameters() if p.requires_grad]
+        params = trained_names(state.model)
         sites = [site.name for site in state.sites]
         events = None
         if run_dir is not None:

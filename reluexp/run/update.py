@@ -118,7 +118,7 @@ class WeightUpdate:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.optimizer is not None:
-            self.optimizer.load_state_dict(state)
+            self.optimizer.load_state_dict(regrouped(state, self.optimizer, self.params))
 
     def scaler_state_dict(self) -> dict[str, Any]:
         """The gradient scaler's scale and growth count ({} without one)."""
@@ -127,3 +127,28 @@ class WeightUpdate:
     def load_scaler_state_dict(self, state: dict[str, Any]) -> None:
         if self.scaler is not None:
             self.scaler.load_state_dict(state)
+
+
+def regrouped(
+    state: dict[str, Any], optimizer: torch.optim.Optimizer, params: list[torch.Tensor]
+) -> dict[str, Any]:
+    """An optimizer state of one parameter group, every parameter in `params`' order (format
+    4 and before: no weight decay, so no group without it), as the state of `optimizer`'s
+    groups (parameter_groups), each parameter's state under its new index; any other state
+    as it is."""
+    groups = state["param_groups"]
+    if len(groups) != 1 or len(optimizer.param_groups) == 1:
+        return state
+    position = {id(p): i for i, p in enumerate(params)}
+    order = [position[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    new_index = {old: new for new, old in enumerate(order)}
+    start = 0
+    new_groups = []
+    for group in optimizer.param_groups:
+        ids = list(range(start, start + len(group["params"])))
+        new_groups.append({**groups[0], "weight_decay": group["weight_decay"], "params": ids})
+        start += len(ids)
+    return {
+        "state": {new_index[old]: value for old, value in state["state"].items()},
+        "param_groups": new_groups,
+    }
