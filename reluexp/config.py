@@ -68,8 +68,8 @@ def normalize(node: Any, prefix: str = "") -> None:
     for schema_field in fields(node):
         kind, name = schema_field.type, schema_field.name
         value = getattr(node, name)
-        if is_dataclass(kind) and isinstance(value, str | Enum):  # given by its name alone
-            value = kind(name=value)
+        if is_dataclass(kind) and (isinstance(value, str | Enum) or type(value) is ModelConfig):
+            value = option_schema(kind, value, f"{prefix}{name}")
             setattr(node, name, value)
         if is_dataclass(kind):
             normalize(value, f"{prefix}{name}.")
@@ -93,6 +93,20 @@ def normalize(node: Any, prefix: str = "") -> None:
                     f"schedule.milestones={value!r}: expected an int or a list of ints (steps)"
                 )
             node.milestones = steps
+
+
+def option_schema(kind: type, value: Any, key: str) -> Any:
+    """A group's node given by its option's name alone (`model="resnet"`), or as the base that
+    every model option shares: the option's own schema (MODEL_SCHEMAS), its values kept."""
+    if kind is not ModelConfig:
+        return kind(name=value)
+    given = asdict(value) if is_dataclass(value) else {"name": value}
+    try:
+        option = MODEL_SCHEMAS[ModelName(given["name"])]
+    except ValueError:
+        options = ", ".join(option.value for option in ModelName)
+        raise ConfigError(f"{key}={given['name']!r}: expected one of {options}") from None
+    return option(**given)
 
 
 # Defaults: the reference experiment's, for run() callers.
@@ -249,42 +263,11 @@ class ModelName(str, Enum):
 
 @dataclass
 class ModelConfig:
+    """What every model has; each option's schema adds its own keys (MODEL_SCHEMAS), so a key
+    of another option is refused as the config is composed, not ignored."""
+
     name: ModelName = field(
         default=ModelName.mlp, metadata=meaning("The network (the model= group sets it).")
-    )
-    # Any for OmegaConf, which takes no union of a number and a list: a list once normalized.
-    hidden: Any = field(
-        default_factory=lambda: [100],
-        metadata=meaning(
-            "The hidden layers' widths, a list of ints (an int: one layer): the mlp's units, "
-            "the cnn's channels."
-        ),
-    )
-    init: Init = field(
-        default=Init.randn,
-        metadata=meaning(
-            "How the mlp's weights start (the cnn and a custom model start as their Modules "
-            "initialize them, from the seed)."
-        ),
-    )
-    depth: int = field(
-        default=20,
-        metadata=meaning("model=resnet: its layers, 6n + 2 (20, 32, 44, 56, 110)."),
-    )
-    bias: bool = field(
-        default=False,
-        metadata=meaning(
-            "The mlp: a bias per layer (zeros at the start), trained with the weights; the "
-            "article has none."
-        ),
-    )
-    target: str | None = field(
-        default=None,
-        metadata=meaning(
-            "model=custom: the dotted path of your factory, called with the keywords it names "
-            "of `activation` (a callable that makes a fresh activation Module: call it where "
-            "the activation goes), `d_in`, `d_out` and `input_shape`, returning an nn.Module."
-        ),
     )
     replace: str | None = field(
         default=None,
@@ -293,6 +276,64 @@ class ModelConfig:
             "model becomes the configured activation, each its own."
         ),
     )
+
+
+def hidden_widths(default: list[int], what: str) -> Any:
+    """model.hidden's field: a list of ints (an int: one), `what` they are."""
+    # Any for OmegaConf, which takes no union of a number and a list: a list once normalized.
+    return field(
+        default_factory=lambda: list(default),
+        metadata=meaning(f"{what}, a list of ints (an int: one)."),
+    )
+
+
+@dataclass
+class MLPConfig(ModelConfig):
+    hidden: Any = hidden_widths([100], "The hidden layers' widths")
+    init: Init = field(default=Init.randn, metadata=meaning("How the weights start."))
+    bias: bool = field(
+        default=False,
+        metadata=meaning(
+            "A bias per layer (zeros at the start), trained with the weights; the article has none."
+        ),
+    )
+
+
+@dataclass
+class CNNConfig(ModelConfig):
+    name: ModelName = ModelName.cnn
+    hidden: Any = hidden_widths(
+        [16, 32], "The 3x3 convolutions' channels (stride 2 after the first)"
+    )
+
+
+@dataclass
+class ResNetConfig(ModelConfig):
+    name: ModelName = ModelName.resnet
+    depth: int = field(default=20, metadata=meaning("Its layers, 6n + 2 (20, 32, 44, 56, 110)."))
+    hidden: Any = hidden_widths([16, 32, 64], "Its three stages' widths")
+
+
+@dataclass
+class CustomModelConfig(ModelConfig):
+    name: ModelName = ModelName.custom
+    target: str | None = field(
+        default=None,
+        metadata=meaning(
+            "The dotted path of your factory, called with the keywords it names of "
+            "`activation` (a callable that makes a fresh activation Module: call it where the "
+            "activation goes), `d_in`, `d_out` and `input_shape`, returning an nn.Module."
+        ),
+    )
+
+
+# Each model option's schema (Hydra's schema-per-option pattern: hydra_glue stores them).
+MODEL_SCHEMAS: dict[ModelName, type[ModelConfig]] = {
+    ModelName.mlp: MLPConfig,
+    ModelName.cnn: CNNConfig,
+    ModelName.resnet: ResNetConfig,
+    ModelName.custom: CustomModelConfig,
+}
 
 
 @dataclass
@@ -343,7 +384,7 @@ class ScheduleConfig:
 class Config:
     activation: ActivationConfig = field(default_factory=ActivationConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=MLPConfig)
     lr: float = field(default=1e-6, metadata=meaning("The learning rate."))
     steps: int = field(default=500, metadata=meaning("Training steps (one batch each)."))
     seed: int = field(
@@ -443,26 +484,59 @@ def config_dict(config: Config) -> dict[str, Any]:
 
 
 def config_from_dict(values: dict[str, Any]) -> Config:
-    """The inverse of config_dict(), type-checked against the schema."""
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), values))
+    """The inverse of config_dict(), type-checked against the schema (its model option's)."""
+    schema = OmegaConf.structured(Config)
+    model = dict(values.get("model") or {})
+    option = MODEL_SCHEMAS[ModelName(model.get("name", ModelName.mlp))]
+    schema.model = option()
+    # A config written before each option had its schema holds every option's keys, the
+    # others' ignored then.
+    own = {schema_field.name for schema_field in fields(option)}
+    values = {**values, "model": {key: value for key, value in model.items() if key in own}}
+    return OmegaConf.to_object(OmegaConf.merge(schema, values))
 
 
-def key_meanings() -> dict[str, str]:
+def key_meanings(model: type[ModelConfig] | None = None) -> dict[str, str]:
     """Every key of the schema, dotted (`data.batch_size`), with its meaning (its field's
     metadata), and for a choice its options (its Enum's docstring): what --help prints, from
-    the one copy."""
+    the one copy. The model's keys are `model`'s option schema's, or without one every
+    option's, each key once, its meaning prefixed with the options that have it where not all
+    do (`model=resnet: ...`)."""
     meanings: dict[str, str] = {}
+
+    def meaning_of(schema_field: Any) -> str:
+        kind = schema_field.type
+        text = schema_field.metadata.get("help", "")
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            text += " " + " ".join((kind.__doc__ or "").split())
+        return text.strip()
 
     def walk(schema: type, prefix: str) -> None:
         for schema_field in fields(schema):
             kind, key = schema_field.type, prefix + schema_field.name
-            if is_dataclass(kind):
+            if kind is ModelConfig:
+                walk_models(key + ".")
+            elif is_dataclass(kind):
                 walk(kind, f"{key}.")
-                continue
-            text = schema_field.metadata.get("help", "")
-            if isinstance(kind, type) and issubclass(kind, Enum):
-                text += " " + " ".join((kind.__doc__ or "").split())
-            meanings[key] = text.strip()
+            else:
+                meanings[key] = meaning_of(schema_field)
+
+    def walk_models(prefix: str) -> None:
+        options = [model] if model is not None else list(MODEL_SCHEMAS.values())
+        by_key: dict[str, list[tuple[str, str]]] = {}
+        for option in options:
+            for schema_field in fields(option):
+                option_name = option().name.value
+                by_key.setdefault(schema_field.name, []).append(
+                    (option_name, meaning_of(schema_field))
+                )
+        for name, found in by_key.items():
+            if len(found) == len(options):  # every option's: one meaning
+                meanings[prefix + name] = found[0][1]
+            else:
+                meanings[prefix + name] = " ".join(
+                    f"model={option}: {text}" for option, text in found
+                )
 
     walk(Config, "")
     return meanings

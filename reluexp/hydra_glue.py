@@ -7,6 +7,7 @@ import re
 import textwrap
 import traceback
 from collections.abc import Iterable
+from dataclasses import fields
 from datetime import datetime
 from enum import Enum
 from importlib import metadata, resources
@@ -25,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
 from hydra_plugins.reluexp_launcher import launchers
-from reluexp.config import Config, key_meanings
+from reluexp.config import MODEL_SCHEMAS, Config, ModelConfig, key_meanings
 from reluexp.sweeps.names import job_dir_name
 from reluexp.validation import OPEN_KEY, TOP_GROUPS, close_match
 
@@ -34,6 +35,11 @@ from reluexp.validation import OPEN_KEY, TOP_GROUPS, close_match
 CONFIG_MODULE = "reluexp.conf"
 CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
 EXPERIMENTS_MODULE = "reluexp.experiments"
+# Where the model options' schemas are stored (not options a user picks).
+MODEL_SCHEMA_GROUP = "schema/model"
+# Groups that no command line chooses: the schemas, and what a data option sets for a model
+# option (conf/data_model/, chosen by the two).
+UNCHOSEN_GROUPS = ("schema", "data_model")
 
 
 def run_id() -> str:
@@ -58,20 +64,31 @@ OmegaConf.register_new_resolver(
 )
 
 
-def help_launchers() -> str:
-    """--help's lines for the groups that choose where a sweep's jobs run and which points it
-    tries: Hydra's installed options, as `hydra/launcher: basic, joblib, ...`."""
+def help_groups() -> str:
+    """--help's groups as `group: option, ...`: reluexp's own (conf/ and experiments/, not the
+    model options' schemas), then those that choose where a sweep's jobs run and which points
+    it tries (Hydra's installed options)."""
     loader = GlobalHydra.instance().config_loader()
+
+    def groups(parent: str) -> list[str]:
+        found = []
+        for child in loader.list_groups(parent):
+            group = f"{parent}/{child}" if parent else child
+            if group not in ("hydra", *UNCHOSEN_GROUPS):
+                found += [group, *groups(group)]
+        return found
+
+    shown = [g for g in sorted(groups("")) if loader.get_group_options(g)]
     return "".join(
         f"{group}: {', '.join(sorted(loader.get_group_options(group)))}\n"
-        for group in ("hydra/launcher", "hydra/sweeper")
+        for group in (*shown, "hydra/launcher", "hydra/sweeper")
     )
 
 
 def help_keys(_root_: DictConfig) -> str:
     """--help's keys: each as `key=value` with this command's value, then its meaning."""
     lines = []
-    for key, meaning in key_meanings().items():
+    for key, meaning in key_meanings(OmegaConf.get_type(_root_.model)).items():
         value = OmegaConf.select(_root_, key)
         if isinstance(value, DictConfig | ListConfig):
             value = OmegaConf.to_container(value)
@@ -82,7 +99,7 @@ def help_keys(_root_: DictConfig) -> str:
     return "\n".join(lines).replace("$", "$$")
 
 
-OmegaConf.register_new_resolver("help_launchers", help_launchers)
+OmegaConf.register_new_resolver("help_groups", help_groups)
 OmegaConf.register_new_resolver("help_keys", help_keys)
 
 # reluexp's launcher plugin, registered with Hydra here: Hydra finds plugins by listing its
@@ -92,7 +109,14 @@ OmegaConf.register_new_resolver("help_keys", help_keys)
 launchers.register(Plugins.instance())
 
 # The schema: conf/config.yaml starts from it (every key's default is written once, there).
-ConfigStore.instance().store(name="base_config", node=Config)
+# Its model is what every model option shares; each option's file (conf/model/NAME.yaml) starts
+# from the option's own schema (schema/model/NAME), so a key of another option is refused as
+# the config is composed (Hydra's schema-per-option pattern).
+base_config = OmegaConf.structured(Config)
+base_config.model = ModelConfig()
+ConfigStore.instance().store(name="base_config", node=base_config)
+for option, schema in MODEL_SCHEMAS.items():
+    ConfigStore.instance().store(group=MODEL_SCHEMA_GROUP, name=option.value, node=schema)
 
 # Named studies live at the top level, outside conf/; each becomes an option of `experiment=`.
 # A user's own `experiment/NAME.yaml` on hydra.searchpath joins them through Hydra itself.
@@ -200,6 +224,15 @@ def one_line(error: BaseException) -> str:
     return line
 
 
+def model_options_with(key: str) -> list[str]:
+    """The model options whose schema has the key, as `model=NAME`."""
+    return [
+        f"model={option.value}"
+        for option, schema in MODEL_SCHEMAS.items()
+        if key in {schema_field.name for schema_field in fields(schema)}
+    ]
+
+
 def unknown_key_line(error: BaseException | None, append: str) -> str | None:
     """An override of a key the config does not have, as one line: the key it most likely
     meant first, and Hydra's `+` only where a new key means something (OPEN_KEY: a custom
@@ -212,7 +245,14 @@ def unknown_key_line(error: BaseException | None, append: str) -> str | None:
     prefix = str(full_key)[: -len(key)]
     candidates = [str(k) for k in parent if k != "hydra"] + (list(TOP_GROUPS) if not prefix else [])
     match = close_match(key, candidates)
-    line = f"{full_key}: no such key" + (f"; did you mean {prefix}{match}?" if match else "")
+    line = f"{full_key}: no such key"
+    owners = model_options_with(key) if prefix == "model." else []
+    if prefix == "model.":  # each model option has its own keys
+        line += f" for model={OmegaConf.to_container(parent, enum_to_str=True)['name']}"
+    if owners:
+        line += f" (only {' and '.join(owners)} has it)"
+    elif match:
+        line += f"; did you mean {prefix}{match}?"
     if prefix.rstrip(".") == OPEN_KEY:
         return f"{line} (a new key is added with a +: {append})"
     return line

@@ -68,7 +68,7 @@ def validate(config: Config) -> None:
         0 < data.val_fraction < 1, "data.val_fraction", data.val_fraction, "must be between 0 and 1"
     )
     _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")
-    for width in config.model.hidden:
+    for width in getattr(config.model, "hidden", []):  # model=custom has none
         _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")
     if config.model.name == ModelName.resnet:
         depth = config.model.depth
@@ -194,7 +194,10 @@ def unread_keys(
             match = close_match(str(key), schema_fields)
             yield dotted, match and f"{prefix}{match}"
         elif is_dataclass(schema_fields[key]) and isinstance(node[key], DictConfig):
-            yield from unread_keys(node[key], schema_fields[key], f"{dotted}.")
+            # A model option's own schema, where the composed node has one.
+            kind = OmegaConf.get_type(node[key])
+            kind = kind if is_dataclass(kind) else schema_fields[key]
+            yield from unread_keys(node[key], kind, f"{dotted}.")
 
 
 def task_config(cfg: DictConfig) -> Config:

@@ -10,7 +10,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from reluexp import hydra_glue
-from reluexp.config import Config, ConfigError, Dtype, config_dict, key_meanings
+from reluexp.config import Config, ConfigError, Dtype, ModelName, config_dict, key_meanings
 from reluexp.functions.targets import resolve_activation
 from reluexp.validation import task_config, validate
 from tests.helpers import EXPERIMENTS, SHIPPED_ACTIVATIONS
@@ -180,10 +180,16 @@ def test_every_key_has_a_meaning_for_help():
             found += keys(value, f"{prefix}{name}.") if is_group else [prefix + name]
         return found
 
-    assert list(meanings) == keys(config_dict(Config()))
+    every_option = set()
+    for option in ModelName:
+        config = Config(model=option.value)
+        assert list(key_meanings(type(config.model))) == keys(config_dict(config))
+        every_option |= set(keys(config_dict(config)))
+    assert set(meanings) == every_option
     assert all(meanings.values()), [key for key, meaning in meanings.items() if not meaning]
     assert meanings["dtype"].endswith("One of: float32, float64.")
-    assert meanings["model.init"].startswith("How the mlp's weights start (the cnn and")
+    assert meanings["model.init"].startswith("model=mlp: How the weights start.")
+    assert meanings["model.depth"] == "model=resnet: Its layers, 6n + 2 (20, 32, 44, 56, 110)."
     assert meanings["model.init"].endswith(
         "randn: the seed's torch.randn weights; scaled: randn times sqrt(2 / fan_in)."
     )

@@ -94,7 +94,13 @@ def test_a_factory_from_a_file_in_the_working_directory_trains(tmp_path):
     (run_dir / "summary.json").write_text(json.dumps(state))
     refused = run_cli(f"resume={run_dir}", cwd=tmp_path, check=False)
     assert refused.returncode == 2
-    assert refused.stderr.strip().endswith(f"resume={run_dir} model.target=my_models.build")
+    assert refused.stderr.strip().endswith(
+        f"resume={run_dir} model=custom model.target=my_models.build"
+    )
+    resumed = run_cli(
+        f"resume={run_dir}", "model=custom", "model.target=my_models.build", cwd=tmp_path
+    )
+    assert "completed after 5 steps" in resumed.stderr
 
 
 def test_replacing_a_models_relus_changes_nothing_else(tmp_path):
@@ -326,7 +332,7 @@ DROPOUT_FACTORY = "model.target=tests.models.with_relus_and_dropout"
         # 51.2: dropout draws from torch's generator, which resumes from the checkpoint.
         (
             ["model=custom", DROPOUT_FACTORY, "model.replace=torch.nn.ReLU", "data=digits"],
-            [DROPOUT_FACTORY],
+            ["model=custom", DROPOUT_FACTORY],
         ),
     ],
     ids=["cnn", "dropout"],

@@ -124,6 +124,23 @@ BAD_INPUTS = [
         "did you mean model.hidden?",
     ),
     (["-m", "+activaton=relu,myrelu"], "did you mean activation?"),
+    # 61.5: each model option has its own keys; another option's is refused, naming its owner.
+    (
+        ["model=mlp", "model.depth=56"],
+        "reluexp: error: model.depth: no such key for model=mlp (only model=resnet has it)\n",
+    ),
+    (
+        ["model=cnn", "model.init=scaled"],
+        "reluexp: error: model.init: no such key for model=cnn (only model=mlp has it)\n",
+    ),
+    (
+        ["model=resnet", "model.bias=true"],
+        "reluexp: error: model.bias: no such key for model=resnet (only model=mlp has it)\n",
+    ),
+    (
+        ["model=resnet", "model.dept=56"],
+        "reluexp: error: model.dept: no such key for model=resnet; did you mean model.depth?\n",
+    ),
     (
         ["activation=nope"],
         "reluexp: error: In 'config': Could not find 'activation/nope'; "

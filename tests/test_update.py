@@ -182,7 +182,7 @@ def test_fp16_skips_the_steps_whose_gradients_overflow_and_streams_the_true_norm
     start = copy.deepcopy(prepared.built.model)
     result = runner.run(config, tmp_path, prepared=prepared)
     assert result.status == "completed"  # an overflowed gradient is no divergence
-    assert result.state.update.scaler.get_scale() < 65536
+    assert result.state.update.scaling.scaler.get_scale() < 65536
     streamed = read_scalars(tmp_path, ["norm/grad_w1", "norm/weight_w1", "loss/train"])
     grads, weights = list(streamed["norm/grad_w1"].values()), streamed["norm/weight_w1"]
     taken = next(step for step, norm in enumerate(grads) if math.isfinite(norm))

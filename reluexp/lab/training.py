@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, Dtype, Init
+from reluexp.config import Config, Dtype, Init, MLPConfig
 from reluexp.functions.targets import ActivationFactory, layers_of
 from reluexp.lab.calls import UserError, autograd_message, raised
 from reluexp.lab.cases import Kink
@@ -109,9 +109,13 @@ def settings_that_train(config: Config, activation: ActivationFactory) -> str:
     """The first of a few gentler settings under which the twin trains without diverging."""
     for factor in (1.0, 0.1, 0.01):
         gentle = copy.deepcopy(config)
-        gentle.model.init, gentle.lr = Init.scaled, config.lr * factor
+        gentle.lr = config.lr * factor
+        settings = f"lr={gentle.lr:g}"
+        if isinstance(gentle.model, MLPConfig):  # the other models start as torch has them
+            gentle.model.init = Init.scaled
+            settings = f"model.init=scaled {settings}"
         if train_side(gentle, activation, "float64", TWIN_STEPS).diverged_at is None:
-            return f"model.init=scaled lr={gentle.lr:g}"
+            return settings
     return ""
 
 

@@ -5,7 +5,14 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config
+from reluexp.config import Config, config_dict
+
+
+def hparam(value: Any) -> str | float | bool:
+    """A config value as the HParams tab takes it: a string, a number or a bool."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str | int | float | bool) else str(value)
 
 
 def hparams(
@@ -26,11 +33,12 @@ def hparams(
         "activation.params": json.dumps(config.activation.params, sort_keys=True),
         "data": config.data.name.value,
         "model": config.model.name.value,
-        "model.target": config.model.target or "",
-        "model.replace": config.model.replace or "",
-        "model.hidden": str(config.model.hidden),
-        "model.init": config.model.init.value,
-        "model.bias": config.model.bias,
+        # The model option's own keys (each option has its schema).
+        **{
+            f"model.{key}": hparam(value)
+            for key, value in config_dict(config)["model"].items()
+            if key != "name"
+        },
         "data.n": examples,
         "data.d_in": d_in,
         "data.d_out": d_out,

@@ -5,8 +5,9 @@ from collections.abc import Callable
 
 import torch
 
-from reluexp.config import Config, ConfigError, Loss, Precision
+from reluexp.config import Config, ConfigError, Loss
 from reluexp.run.data import Dataset
+from reluexp.run.precision import forward_precision, mixed
 
 Objective = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -39,24 +40,12 @@ def loss_kind(config: Config, data: Dataset) -> Loss:
     return kind
 
 
-# The dtype each mixed precision runs its forward's matrix products and convolutions in.
-HALF = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
-
-
-def forward_precision(config: Config, device: torch.device) -> torch.autocast:
-    """Where a mixed-precision run's forward runs: under autocast to bfloat16 or float16
-    (matrix products and convolutions in it, what autocast keeps in float32 in float32; a
-    custom Function gets its input as the op before it gave it)."""
-    return torch.autocast(device.type, dtype=HALF[config.precision])
-
-
 def objective(config: Config, data: Dataset) -> Objective:
     """The loss the run trains on (loss_kind), as f(model, x, y) -> (loss, the logits for the
     accuracy or None); under mixed precision the forward runs under autocast and the loss is
     taken of its output in float32."""
     criterion = CRITERIA[loss_kind(config, data)]
     classifies = data.classes is not None
-    mixed = config.precision != Precision.fp32
 
     def loss_of(
         model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
@@ -64,7 +53,7 @@ def objective(config: Config, data: Dataset) -> Objective:
         # The logits come back detached: the accuracy only reads them, and under compile=true
         # an output that requires grad gets a gradient in the compiled backward, zeros
         # materialized and added every step.
-        if mixed:
+        if mixed(config):
             with forward_precision(config, x.device):
                 output = model(x).float()
         else:

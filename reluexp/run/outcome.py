@@ -7,9 +7,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from reluexp.config import Config, Optimizer, Precision
+from reluexp.config import Config, Optimizer
 from reluexp.record import tags
 from reluexp.record.metrics import Block
+from reluexp.run.precision import scaled
 from reluexp.run.schedule import learning_rate
 
 # A completed run whose loss moved by less than this fraction, over at least this many steps,
@@ -83,7 +84,7 @@ class Outcome:
             return block
         streamed = block.tags
         loss, total = streamed.index(tags.LOSS), streamed.index(tags.GRAD_NORM_TOTAL)
-        watched = watched_columns(streamed, config.precision != Precision.fp16)
+        watched = watched_columns(streamed, not scaled(config))
         kept = len(block.rows)
         for i, (step, row) in enumerate(zip(block.steps, block.rows)):
             if row[total] == 0:
@@ -105,7 +106,7 @@ class Outcome:
                 if config.stop_on_divergence:
                     kept = i + 1
                     break
-        block = self.count_skipped(block.first(kept), config.precision == Precision.fp16)
+        block = self.count_skipped(block.first(kept), scaled(config))
         self.final_loss = block.rows[-1][loss]
         self.take_step_sizes(block, config)
         self.last_row = dict(zip(streamed, block.rows[-1]))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from reluexp.config import Config, ConfigError, DataName, ModelName, config_from_dict
 from reluexp.functions.targets import is_own
@@ -31,6 +31,15 @@ def imported_paths(config: Config) -> dict[str, str]:
     return paths
 
 
+def stored_value(stored: DictConfig, key: str) -> Any:
+    """A stored config's value of a key as a command line names it: a group by its option."""
+    value = OmegaConf.select(stored, key)
+    return value.get("name") if isinstance(value, DictConfig) else value
+
+
+# The groups whose option a resume command may name (the option's keys compose only under
+# it: `model=custom model.target=...`), which must be the run's own.
+OPTION_SCHEMAS = ("model",)
 # What `resume=DIR key=path` may name to confirm a stored dotted path (imported_paths).
 CONFIRMABLE = (
     "activation.target",
@@ -73,7 +82,7 @@ def plan_resume(
     changed = [
         f"{key}={value}"
         for key, value in named.items()
-        if key not in CONFIRMABLE or OmegaConf.select(stored, key) != value
+        if not (key in CONFIRMABLE or key in OPTION_SCHEMAS) or stored_value(stored, key) != value
     ]
     if changed:
         raise ConfigError(f"{where}: a resumed run keeps its own config; drop {' '.join(changed)}")
@@ -89,6 +98,9 @@ def plan_resume(
         for key, path in imported_paths(config).items()
         if not is_own(path) and f"{key}={path}" not in confirmations
     ]
+    # A key of one model option is said after its option (the command line composes it).
+    if any(said.startswith("model.target=") for said in unconfirmed):
+        unconfirmed.insert(0, f"model={config.model.name.value}")
     if unconfirmed:
         raise ConfigError(
             f"{where}: its config names {' '.join(unconfirmed)}, which is not reluexp's or "

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, ConfigError, Precision, config_dict
-from reluexp.functions.targets import ActivationFactory, raised_at, resolve_activation, surrogate_of
+from reluexp.config import Config, config_dict
+from reluexp.functions.targets import ActivationFactory, resolve_activation, surrogate_of
 from reluexp.record import summary as summaries
 from reluexp.record.events import EventWriter
 from reluexp.record.hparams import hparams
@@ -26,8 +26,9 @@ from reluexp.record.tags import LR, layout, segments
 from reluexp.run.data import Dataset, data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
 from reluexp.run.loop import Training, train_loop
-from reluexp.run.losses import forward_precision, loss_kind
+from reluexp.run.losses import loss_kind
 from reluexp.run.model import PROBE_EXAMPLES, Built, build_model, draw_seed
+from reluexp.run.precision import check_precision, scaled
 from reluexp.run.process import job_environment
 from reluexp.run.resumes import ResumePlan, plan_resume
 from reluexp.run.rundir import DiskReserve, hold_run
@@ -113,29 +114,13 @@ def prepare(
     # A parameter or site whose tag another value streams under is one line (tags.segments).
     segments(trained_names(built.model), [site.name for site in built.sites])
     check_memory(config, device, sizes, built)
-    check_precision(config, built, probe)
+    check_precision(config, built.model, probe)
     return Prepared(device, data, built, draw_seed(generator))
 
 
 def trained_names(model: torch.nn.Module) -> list[str]:
     """The names of the model's trained parameters, which their streamed tags carry."""
     return [name for name, p in model.named_parameters() if p.requires_grad]
-
-
-def check_precision(config: Config, built: Built, x: torch.Tensor) -> None:
-    """Under mixed precision, the probe's forward again under autocast (on the CPU, where the
-    model is built): an activation that cannot take the half dtype is one line naming it."""
-    if config.precision == Precision.fp32:
-        return
-    try:
-        with torch.no_grad(), forward_precision(config, x.device):
-            built.model(x)
-    except Exception as error:
-        raise ConfigError(
-            f"precision={config.precision.value}: activation.target={config.activation.target} "
-            f"in model={config.model.name.value}, under autocast, {raised_at(error)} (`python "
-            "-m reluexp.check` checks a Function in half precision and says why)"
-        ) from None
 
 
 def run(
@@ -345,9 +330,7 @@ def finish(training: Training, summary: RunSummary, status: str) -> None:
         wall_time_s=state.wall_time_s,
         steps_per_s=executed_steps / segment_time if segment_time > 0 else None,
         recorded_steps=outcome.recorded_steps,
-        skipped_steps=outcome.skipped_steps
-        if training.config.precision == Precision.fp16
-        else None,
+        skipped_steps=outcome.skipped_steps if scaled(training.config) else None,
         **outcome.evaluation,
     )
     events = training.recorder.events

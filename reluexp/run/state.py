@@ -10,11 +10,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from reluexp.config import Config, ConfigError, Precision, config_dict
+from reluexp.config import Config, ConfigError, config_dict
 from reluexp.run.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
 from reluexp.run.data import Dataset, load_data
 from reluexp.run.model import Built, Capture, Site, activation_modules
 from reluexp.run.outcome import Outcome
+from reluexp.run.precision import matches_state
 from reluexp.run.update import WeightUpdate
 
 log = logging.getLogger("reluexp")
@@ -96,7 +97,7 @@ def build_state(
         state.recorded = checkpoint["recorded"]
         state.earlier_wall_time_s = checkpoint["wall_time_s"]
         state.update.load_state_dict(checkpoint["optimizer"])
-        state.update.load_scaler_state_dict(checkpoint["scaler"])
+        state.update.scaling.load_state_dict(checkpoint["scaler"])
         torch.set_rng_state(checkpoint["rng_cpu"])
         if torch.cuda.is_available() and checkpoint["rng_cuda"]:
             torch.cuda.set_rng_state_all(checkpoint["rng_cuda"])
@@ -113,7 +114,7 @@ def save_state(run_dir: Path, config: Config, state: RunState, recorded: dict[st
             "step": state.step,
             "model": state.model.state_dict(),
             "optimizer": state.update.state_dict(),
-            "scaler": state.update.scaler_state_dict(),
+            "scaler": state.update.scaling.state_dict(),
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "config": config_dict(config),
@@ -190,5 +191,5 @@ def check_checkpoint(
     if not isinstance(checkpoint.get("optimizer", {}), dict):
         refuse("optimizer", "is not an optimizer state")
     scaler = checkpoint.get("scaler")
-    if not isinstance(scaler, dict) or bool(scaler) != (config.precision == Precision.fp16):
+    if not matches_state(config, scaler):
         refuse("scaler", "is not the gradient scaler's state precision=fp16 keeps (none else)")

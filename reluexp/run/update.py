@@ -5,8 +5,9 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, Optimizer, OptimizerConfig, Precision
+from reluexp.config import Config, Optimizer, OptimizerConfig
 from reluexp.record.metrics import MetricRow, flat
+from reluexp.run.precision import GradientScaling, fused
 from reluexp.run.schedule import learning_rate
 
 
@@ -57,11 +58,6 @@ class WeightUpdate:
         # None: the seed's manual update, applied here.
         self.optimizer: torch.optim.Optimizer | None = None
         settings = config.optimizer
-        # Under the gradient scaler, torch's fused optimizers: the scaler hands them its
-        # overflow flag on the device, where with another it reads it on the host every step
-        # (a sync with an accelerator). Else None, torch's own choice (fused=False would also
-        # turn off its foreach kernels on an accelerator).
-        fused = True if config.precision == Precision.fp16 else None
         if settings.name != Optimizer.manual:
             groups = parameter_groups(params, activation_params, settings)
             if settings.name == Optimizer.sgd:
@@ -70,22 +66,19 @@ class WeightUpdate:
                     lr=config.lr,
                     momentum=settings.momentum,
                     nesterov=settings.nesterov,
-                    fused=fused,
+                    fused=fused(config),
                 )
             else:
-                self.optimizer = torch.optim.Adam(groups, lr=config.lr, fused=fused)
-        self.scaler: torch.amp.GradScaler | None = None
-        if config.precision == Precision.fp16:  # validate(): with an optimizer
-            self.scaler = torch.amp.GradScaler(self.params[0].device.type)
+                self.optimizer = torch.optim.Adam(groups, lr=config.lr, fused=fused(config))
+        self.scaling = GradientScaling(config, self.params[0].device)
 
     def backward(self, loss: torch.Tensor) -> None:
-        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        self.scaling.backward(loss)
 
     def __call__(self, row: MetricRow | None, step: int) -> None:
         """The update of training step `step` (its lr the schedule's)."""
         lr = learning_rate(self.config, step)
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
+        self.scaling.unscale(self.optimizer)
         if row is not None:
             row.record_grad_norms(self.params)
         if self.optimizer is None:
@@ -93,11 +86,7 @@ class WeightUpdate:
         else:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            if self.scaler is None:
-                self.optimizer.step()
-            else:
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
+            self.scaling.step(self.optimizer)
             self.optimizer.zero_grad()
         if row is not None:
             row.record_weight_norms(self.flat_params)
@@ -119,14 +108,6 @@ class WeightUpdate:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.optimizer is not None:
             self.optimizer.load_state_dict(regrouped(state, self.optimizer, self.params))
-
-    def scaler_state_dict(self) -> dict[str, Any]:
-        """The gradient scaler's scale and growth count ({} without one)."""
-        return self.scaler.state_dict() if self.scaler is not None else {}
-
-    def load_scaler_state_dict(self, state: dict[str, Any]) -> None:
-        if self.scaler is not None:
-            self.scaler.load_state_dict(state)
 
 
 def regrouped(
