@@ -14,10 +14,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
+from reluexp.config import Config, DataConfig
 from reluexp.hydra_glue import compose_config
 from reluexp.record.events import read_scalars
 from reluexp.record.summary import RunSummary
+from reluexp.run.data import read_data
 from reluexp.run.rundir import hold_run
 from reluexp.sweeps.names import job_dir_name
 from reluexp.sweeps.report.command import main as report_main
@@ -94,6 +97,37 @@ def test_a_sweep_says_how_many_jobs_before_hydra_composes_them(tmp_path):
         f"reluexp: sweep of 3 jobs into outputs/multirun/{sweep_dir.name}; Hydra composes each "
         "job's config before the first one starts"
     )
+
+
+def test_a_sweep_reads_its_data_once_for_its_pre_flight_and_every_job(tmp_path):
+    """61.8: the pre-flight checked each distinct job by preparing it whole and each job read
+    the data again (CIFAR read 4 times for 3 seeds); in one process they share one read, and a
+    file edited between two reads is read again."""
+    (tmp_path / "counting.py").write_text(
+        "import torch\n\n"
+        "def load():\n"
+        "    with open('reads.txt', 'a') as reads:\n"
+        "        reads.write('read\\n')\n"
+        "    draws = torch.Generator().manual_seed(0)\n"
+        "    return torch.randn(40, 5, generator=draws), torch.randn(40, 2, generator=draws)\n"
+    )
+    sweep_dir, _ = sweep(
+        tmp_path, "data=callable", "data.loader=counting.load", "seed=0,1,2", "steps=2"
+    )
+    assert (tmp_path / "reads.txt").read_text() == "read\n"
+    assert [s["status"] for s in job_summaries(sweep_dir).values()] == ["completed"] * 3
+
+
+def test_data_read_again_is_a_copy_and_an_edited_file_is_read_anew(tmp_path):
+    path = tmp_path / "data.pt"
+    torch.save({"x": torch.ones(20, 3), "y": torch.zeros(20, 1)}, path)
+    config = Config(data=DataConfig(name="file", path=str(path)))
+    first, second = read_data(config), read_data(config)
+    assert torch.equal(first[0], second[0]) and first[0] is not second[0]
+    first[0].zero_()  # a model that writes into its inputs changes no later run's
+    assert torch.equal(read_data(config)[0], torch.ones(20, 3))
+    torch.save({"x": torch.full((30, 3), 2.0), "y": torch.zeros(30, 1)}, path)
+    assert torch.equal(read_data(config)[0], torch.full((30, 3), 2.0))
 
 
 def test_joblib_splits_the_cores_between_jobs(tmp_path):

@@ -1,6 +1,7 @@
 """A run's data: the article's random regression, drawn from the run's seeded generator, or real
 data (scikit-learn's digits, a file, a function of the user's) with a held-out split."""
 
+import functools
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, ConfigError, DataName
+from reluexp.config import Config, ConfigError, DataConfig, DataName
 from reluexp.run.cifar import CIFAR10, CIFAR100, read_cifar
 
 # More classes than this is a mistake in the labels, not a dataset (a label of 1e12 would ask
@@ -77,10 +78,40 @@ def make_data(
 
 def read_data(config: Config) -> list[torch.Tensor] | None:
     """Real data's arrays, read and checked (check_arrays): x, y and optionally x_val, y_val,
-    on the CPU; None for the random data, which is drawn from the run's generator."""
+    on the CPU; None for the random data, which is drawn from the run's generator. Read once
+    per data source in a process (read_source): a sweep's pre-flight and the jobs Hydra's
+    basic launcher runs after it share the read; each gets its own copy."""
     data = config.data
     if data.name == DataName.random:
         return None
+    arrays = read_source(data.name, data.root, data.path, data.loader, files_stamp(data))
+    arrays = [array.clone() for array in arrays]  # a model may write into its inputs
+    check_split(arrays, config)
+    if data.augment and arrays[0].dim() != 4:
+        raise ConfigError(
+            f"data.augment=true: crops and flips images (N, C, H, W); data={data.name.value}'s "
+            f"inputs are {tuple(arrays[0].shape)}"
+        )
+    return arrays
+
+
+def files_stamp(data: DataConfig) -> tuple:
+    """When and how large the files a data source reads are: an edited file is read again."""
+    where = data.path if data.name == DataName.file else data.root
+    if where is None or not Path(where).exists():
+        return ()
+    files = sorted(Path(where).rglob("*")) if Path(where).is_dir() else [Path(where)]
+    return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+
+
+@functools.lru_cache(maxsize=1)
+def read_source(
+    name: DataName, root: str | None, path: str | None, loader: str | None, stamp: tuple
+) -> tuple[torch.Tensor, ...]:
+    """The arrays of one data source, read and checked, kept for the next read of the same
+    source while its files are as they were (`stamp`; the last source only: CIFAR-10 is
+    180 MB)."""
+    data = DataConfig(name=name, root=root, path=path, loader=loader)
     if data.name == DataName.digits:
         arrays = digits()
     elif data.name in (DataName.cifar10, DataName.cifar100):
@@ -101,14 +132,7 @@ def read_data(config: Config) -> list[torch.Tensor] | None:
                 f"data.loader={data.loader}: returned {type(arrays).__name__}; expected "
                 "(x, y) or (x, y, x_val, y_val)"
             )
-    arrays = check_arrays(list(arrays), f"data={data.name.value}")
-    check_split(arrays, config)
-    if data.augment and arrays[0].dim() != 4:
-        raise ConfigError(
-            f"data.augment=true: crops and flips images (N, C, H, W); data={data.name.value}'s "
-            f"inputs are {tuple(arrays[0].shape)}"
-        )
-    return arrays
+    return tuple(check_arrays(list(arrays), f"data={data.name.value}"))
 
 
 def check_split(arrays: list[torch.Tensor], config: Config) -> None:

@@ -48,12 +48,13 @@ def check_precision(config: Config, model: torch.nn.Module, x: torch.Tensor) -> 
         ) from None
 
 
-def fused(config: Config) -> bool | None:
-    """The optimizer's `fused`: under the gradient scaler, torch's fused optimizers (the
-    scaler hands them its overflow flag on the device, where with another it reads it on the
-    host every step: a sync with an accelerator). Else None, torch's own choice (fused=False
-    would also turn off its foreach kernels on an accelerator)."""
-    return True if scaled(config) else None
+def fused(config: Config, device: torch.device) -> bool | None:
+    """The optimizer's `fused`: under the gradient scaler on an accelerator, torch's fused
+    optimizers (the scaler hands them its overflow flag on the device, where with another it
+    reads it on the host every step: a sync). Else None, torch's own choice: on the CPU there
+    is no sync to save (and torch has fused CPU optimizers only from 2.4), and fused=False
+    would turn off its foreach kernels on an accelerator."""
+    return True if scaled(config) and device.type != "cpu" else None
 
 
 class GradientScaling:

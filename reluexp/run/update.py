@@ -66,10 +66,12 @@ class WeightUpdate:
                     lr=config.lr,
                     momentum=settings.momentum,
                     nesterov=settings.nesterov,
-                    fused=fused(config),
+                    fused=fused(config, self.params[0].device),
                 )
             else:
-                self.optimizer = torch.optim.Adam(groups, lr=config.lr, fused=fused(config))
+                self.optimizer = torch.optim.Adam(
+                    groups, lr=config.lr, fused=fused(config, self.params[0].device)
+                )
         self.scaling = GradientScaling(config, self.params[0].device)
 
     def backward(self, loss: torch.Tensor) -> None:
