@@ -302,12 +302,18 @@ def test_training_parity_is_decided_against_the_functions_own_twin(tmp_path):
     ]
 
 
-def test_runs_that_both_diverge_are_information_with_settings_that_train(tmp_path):
+def test_runs_that_both_diverge_are_information_with_settings_that_train(tmp_path, capsys):
     code, report = run_check(tmp_path, *corpus.CORRECT["exp"])
     assert code == 0
     detail = finding(report, "training parity")["detail"]
     assert detail.startswith("both runs diverge: the experiment's settings are too large")
     assert "model.init=scaled lr=" in detail
+    # 62.7: the verdict itself says what it rests on without (it said `gradients correct`).
+    verdict = capsys.readouterr().out.strip().splitlines()[-1]
+    settings = detail.rpartition("; ")[2]
+    assert verdict.startswith(
+        f"Exp: gradients correct; training parity did not run (both runs diverge; {settings}). "
+    )
 
 
 def test_a_declared_surrogate_is_what_the_backward_is_checked_against(tmp_path):

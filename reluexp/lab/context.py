@@ -107,6 +107,8 @@ class Learnt:
     context: Learned = Learned()
     facts: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # What the verdict line adds: a comparison that could not run (Report.caveats).
+    caveats: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

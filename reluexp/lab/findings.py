@@ -127,6 +127,8 @@ class Report:
     # Lines the terminal shows whatever the verdict (the comparisons a check without a
     # reference skipped).
     notes: list[str] = field(default_factory=list)
+    # What a passing verdict says it rests on without: a comparison that could not run.
+    caveats: list[str] = field(default_factory=list)
     # --double-backward: a double backward that differs fails the check.
     double_backward_decides: bool = False
 
@@ -162,7 +164,9 @@ class Report:
                     "" if above == n else f" ({above} above, one per group; the report has each)"
                 )
                 notes.append(f"{n} {kind.label} finding{'s' if n > 1 else ''}{where}")
-        return f"{self.name}: gradients correct" + (f"; {', '.join(notes)}" if notes else "")
+        return f"{self.name}: gradients correct" + "".join(
+            f"; {note}" for note in [", ".join(notes), *self.caveats] if note
+        )
 
     def shown(self) -> list[Finding]:
         """The findings the terminal shows: per group whose worst finding is not a pass, that

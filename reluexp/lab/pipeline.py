@@ -205,6 +205,7 @@ def run_checks(subject: Subject, experiment: Config, options: Options) -> Checke
                     report.findings.extend(learnt.findings)
                     report.facts |= learnt.facts
                     report.notes.extend(learnt.notes)
+                    report.caveats.extend(learnt.caveats)
                     context = learnt.context.applied(context)
                     if check.needed and any(
                         f.status not in (Status.PASS, Status.INFO) for f in learnt.findings

@@ -105,6 +105,10 @@ def where_they_part(target: Side, other: Side) -> dict[str, Any]:
     }
 
 
+# The training parity's finding when neither the Function's run nor its twin's trained.
+BOTH_DIVERGE = "both runs diverge"
+
+
 def settings_that_train(config: Config, activation: ActivationFactory) -> str:
     """The first of a few gentler settings under which the twin trains without diverging."""
     for factor in (1.0, 0.1, 0.01):
@@ -223,12 +227,13 @@ def deciding_pair(
     if function.diverged_at is not None:
         gentler = settings_that_train(config, twin_activation)
         hint = f"; {gentler} trains it" if gentler else ""
+        facts["settings_that_train"] = gentler
         return (
             Finding(
                 Group.TRAINING,
                 name,
                 Status.INFO,
-                "both runs diverge: the experiment's settings are too large for this activation, "
+                f"{BOTH_DIVERGE}: the experiment's settings are too large for this activation, "
                 f"not a fault of the Function{hint}",
             ),
             facts,
@@ -385,6 +390,13 @@ def training_checks(context: Context) -> list[Check]:
                 return Learnt([failed], Learned(reached=reached), {"training": {"error": detail}})
         facts = {"float64 twin": twin_facts, "float32 reference": reference_facts}
         reached = preactivations(config, function64 and function64.result.state)
-        return Learnt([deciding, informing], Learned(reached=reached), {"training": facts})
+        caveats = []
+        if deciding.detail.startswith(BOTH_DIVERGE):
+            gentler = twin_facts["settings_that_train"]
+            trains = f"; {gentler} trains it" if gentler else ""
+            caveats.append(f"training parity did not run ({BOTH_DIVERGE}{trains})")
+        return Learnt(
+            [deciding, informing], Learned(reached=reached), {"training": facts}, [], caveats
+        )
 
     return [Check(Group.TRAINING, "training parity", check)]
