@@ -163,7 +163,10 @@ def custom_op_types() -> tuple[type, ...]:
         ("torch._ops", "OpOverload"),
         ("torch._ops", "OpOverloadPacket"),
     ):
-        cls = getattr(importlib.import_module(module), name, None)
+        try:
+            cls = getattr(importlib.import_module(module), name, None)
+        except ImportError:  # torch before 2.4 has no torch.library.custom_op
+            continue
         if isinstance(cls, type):
             found.append(cls)
     return tuple(found)

@@ -319,3 +319,24 @@ def test_a_learnable_module_trains_beside_its_forward_differentiated_by_finite_d
     wrong = check_function(corpus.PReLUWithWrongSlopeGradient, experiment=experiment)
     parity = next(f for f in wrong.findings if f.check == "training parity")
     assert parity.status == Status.WRONG and "far beyond rounding" in parity.detail, parity
+
+
+def test_a_convention_line_shows_the_gradient_that_chose_and_not_a_sum_that_agrees():
+    """62.8: a PReLU whose input gradient at 0 is 1 (nn.PReLU's: its slope, 0.25). The line at
+    the kink showed the slope's gradient, a sum over the batch equal to its finite differences
+    to their precision (got -0.001, finite differences -0.000999...), and not the input's."""
+    report = check_function(corpus.PReLU, torch.nn.PReLU, training=False)
+    kink = next(f for f in report.findings if f.check == "kink at x=0")
+    assert kink.status == Status.CONVENTION
+    at = kink.at
+    assert (at.what, at.input, at.got, at.expected) == ("backward", 0.0, 1.0, 0.25)
+
+
+def test_backwards_that_differ_where_the_forwards_agree_blame_neither_by_name():
+    """62.8: beside a wrong backward the reference's gradient was said not to be the forward's
+    derivative; the gradient checks are what judge the Function's."""
+    report = check_function(corpus.GELUWrongConstant, torch.nn.functional.gelu, training=False)
+    assert report.status == Status.WRONG
+    same = next(f for f in report.findings if f.check.startswith("same function as the reference"))
+    assert "where the forwards agree: one of them is not the derivative there" in same.detail
+    assert "the reference's gradient is not" not in same.detail

@@ -44,6 +44,10 @@ def opchecked(context: Context) -> Finding:
     """torch.library.opcheck on the lab's shapes in float32 and float64: the first test that
     fails, in one line naming what it tests."""
     subject, name = context.subject, "custom op (opcheck)"
+    if not hasattr(torch.library, "opcheck"):
+        return Finding(
+            Group.COMPILE, name, Status.UNSUPPORTED, "torch.library.opcheck came in torch 2.4"
+        )
     generator = torch.Generator().manual_seed(11)
     for dtype in (torch.float32, torch.float64):
         for shape in ((4, 5), (64, 100)):

@@ -129,8 +129,9 @@ def reference_checks(context: Context) -> list[Check]:
             backward, where = backward_apart[j].item(), where_text(x, grad, ref_grad, j)
             if backward > FLOAT32_UNITS:
                 notes.append(
-                    f"the backwards differ by up to {backward:.2g} of the reference's ({where}): "
-                    "the reference's gradient is not this forward's derivative there"
+                    f"the backwards differ by up to {backward:.2g} of the reference's ({where}) "
+                    "where the forwards agree: one of them is not the derivative there (the "
+                    "gradient checks judge this Function's against its forward)"
                 )
             elif backward > 4 * torch.finfo(torch.float64).eps:
                 notes.append(
