@@ -34,7 +34,7 @@ from reluexp.sweeps.report.outputs import (
 )
 from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
 from reluexp.sweeps.terminal import closing_line
-from tests.helpers import RAISING_FUNCTION, SMALL, fake_sweep, run_cli, small_config
+from tests.helpers import RAISING_FUNCTION, REPO_ROOT, SMALL, fake_sweep, run_cli, small_config
 
 pytestmark = pytest.mark.slow
 
@@ -128,6 +128,38 @@ def test_data_read_again_is_a_copy_and_an_edited_file_is_read_anew(tmp_path):
     assert torch.equal(read_data(config)[0], torch.ones(20, 3))
     torch.save({"x": torch.full((30, 3), 2.0), "y": torch.zeros(30, 1)}, path)
     assert torch.equal(read_data(config)[0], torch.full((30, 3), 2.0))
+
+
+def test_my_function_beside_its_builtin_is_the_command_the_closing_line_gives(tmp_path):
+    """62.3: a sweep of a custom Function that names its reference but never trains it had an
+    empty `vs reference` and no word why; its closing line gives the command that pairs them,
+    which, run as printed, fills it."""
+    args = [
+        "activation=custom",
+        "activation.target=tests.corpus.Swish",
+        "activation.reference=torch.nn.functional.silu",
+        "seed=0,1",
+        "steps=5",
+    ]
+    # From the repository, where tests.corpus imports; the sweeps go to tmp_path.
+    result = run_cli("-m", *args, f"hydra.sweep.dir={tmp_path / 'alone'}", cwd=REPO_ROOT)
+    closing = result.stderr.strip().splitlines()[-1]
+    command = closing.partition("With the built-in beside (no job trained the reference): ")[2]
+    assert command == (
+        "python -m reluexp -m activation=custom activation.reference=torch.nn.functional.silu "
+        "seed=0,1 steps=5 activation.target=tests.corpus.Swish,torch.nn.functional.silu"
+    )
+    assert (
+        "No job trained torch.nn.functional.silu" in (tmp_path / "alone" / "summary.md").read_text()
+    )
+    paired = run_cli(
+        *shlex.split(command)[3:], f"hydra.sweep.dir={tmp_path / 'paired'}", cwd=REPO_ROOT
+    )
+    assert "With the built-in beside" not in paired.stderr
+    rows = list(csv.DictReader((tmp_path / "paired" / "summary.csv").open()))
+    custom = next(row for row in rows if "Swish" in row["group"])
+    assert custom["reference_group"] == "activation.target=torch.nn.functional.silu"
+    assert custom["final_loss_vs_reference"] != ""
 
 
 def test_joblib_splits_the_cores_between_jobs(tmp_path):

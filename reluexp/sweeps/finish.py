@@ -32,6 +32,18 @@ def finish_command(sweep_dir: Path) -> str | None:
     return shlex.join(["python", "-m", "reluexp", "-m", *kept, f"hydra.sweep.dir={sweep_dir}"])
 
 
+def paired_command(sweep_dir: Path, targets: list[str]) -> str | None:
+    """The sweep's command training each of `targets` (its own activation targets and the
+    references they lack) as activation.target: the report pairs each custom job with its
+    reference's job of the same seed. None without a readable multirun.yaml."""
+    if not (sweep_dir / "multirun.yaml").is_file():
+        return None
+    task = OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides.task
+    kept = [a for a in task if not a.startswith("activation.target=")]
+    swept = f"activation.target={','.join(targets)}"
+    return shlex.join(["python", "-m", "reluexp", "-m", *kept, swept])
+
+
 def check_same_sweep(config: DictConfig) -> None:
     """A sweep into a directory that already holds one (multirun.yaml) finishes that sweep: its
     jobs must be the directory's, in the same order, and each job that ran must compose to the

@@ -126,6 +126,8 @@ def closing_line(sweep_dir: Path, written: Written) -> str:
     finish = finish_command(sweep_dir)
     if finish is not None and any(status in statuses for status in UNFINISHED):
         line += f". Finish it: {finish}"
+    if written.paired is not None:
+        line += f". With the built-in beside (no job trained the reference): {written.paired}"
     return line
 
 

@@ -27,6 +27,7 @@ from reluexp.record.tags import (
     loss_gap,
 )
 from reluexp.record.whole import write_whole
+from reluexp.sweeps.finish import paired_command
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job, find_jobs, plan_problem
 from reluexp.sweeps.report.statistics import (
     Group,
@@ -34,6 +35,7 @@ from reluexp.sweeps.report.statistics import (
     finite,
     group_jobs,
     summary_rows,
+    unpaired_references,
 )
 
 # Groups per card in TensorBoard's Text tab (summary_texts): its box shows about five rows.
@@ -340,6 +342,8 @@ class Written:
     runs: int = 0
     view_runs: int = 0
     undrawn: str = ""
+    # The sweep's command with the references its custom jobs lack trained beside them.
+    paired: str | None = None
 
     def dashboard(self, sweep_dir: str) -> str:
         """The tensorboard command whose page fills by itself: the sweep's every run where
@@ -406,6 +410,16 @@ def write_report(sweep_dir: Path) -> Written:
     constant = jobs[0].constant if jobs else frozenset()
     if constant:
         header += f" Every job: {' '.join(sorted(constant))}."
+    paired = None
+    unpaired = unpaired_references(jobs)
+    if unpaired:
+        trained = [job.summary.config["activation"]["target"] for job in jobs if job.summary.config]
+        paired = paired_command(sweep_dir, list(dict.fromkeys([*trained, *unpaired])))
+        header += (
+            f" No job trained {', '.join(unpaired)}, the reference"
+            f"{'s' if len(unpaired) > 1 else ''} its custom jobs name, so none has a vs "
+            "reference" + (f"; to train it beside them: `{paired}`." if paired else ".")
+        )
     summary_md = f"{header}\n\n{markdown_table(rows)}"
     write_whole(sweep_dir / "summary.md", summary_md)
     view = sweep_dir / GROUP_VIEW
@@ -415,7 +429,9 @@ def write_report(sweep_dir: Path) -> Written:
     job_runs = sum(
         1 for job in jobs if job.run_dir and any(job.run_dir.glob("events.out.tfevents.*"))
     )
-    written = Written(jobs, ["summary.md", "summary.csv"], job_runs + view_runs, view_runs)
+    written = Written(
+        jobs, ["summary.md", "summary.csv"], job_runs + view_runs, view_runs, paired=paired
+    )
     try:
         images = {
             "report/loss_curves": plot_loss_curves(groups),

@@ -97,6 +97,21 @@ def reference_job(job: Job, jobs: list[Job]) -> Job | None:
     return None
 
 
+def unpaired_references(jobs: list[Job]) -> list[str]:
+    """The references (activation.reference) that custom jobs name and that no job of the
+    sweep trained: their groups have no `vs reference`."""
+    unpaired = set()
+    for job in jobs:
+        config = job.summary.config
+        if config is None or job.run_dir is None:
+            continue
+        activation = config["activation"]
+        imitates = activation["reference"] not in (None, activation["target"])
+        if imitates and reference_job(job, jobs) is None:
+            unpaired.add(activation["reference"])
+    return sorted(unpaired)
+
+
 def natural_key(label: str) -> list[tuple[int, float, str]]:
     """Sort `lr=1e-06` before `lr=1e-05` and `seed=2` before `seed=10`: numbers as numbers."""
     key = []
