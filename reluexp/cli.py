@@ -51,6 +51,7 @@ from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.terminal import (
     Plan,
     job_line,
+    job_lines,
     loss_lines_labelled,
     say_sweep_start,
     sweep_plan,
@@ -173,8 +174,7 @@ class Lifecycle(Callback):
         """In a sweep run in this process or its workers, one line per finished job:
         [3/12] activation=relu seed=1 completed ... (submitit's launcher prints its own)."""
         hydra_config = HydraConfig.get()
-        launcher = str(hydra_config.launcher.get("_target_", ""))
-        if hydra_config.mode != RunMode.MULTIRUN or config.quiet or "submitit" in launcher:
+        if hydra_config.mode != RunMode.MULTIRUN or config.quiet or not job_lines(hydra_config):
             return
         run_dir = Path(hydra_config.runtime.output_dir)
         try:
@@ -406,7 +406,7 @@ def run_job(
             exit_with(error)
         file_log.error("%s failed", run_dir, exc_info=error)
         summary = record_failure(run_dir, overrides, error)
-        if where is not Where.SINGLE:
+        if where is not Where.SINGLE and not job_lines(hydra_config):  # else its job line says it
             log.error("job failed: %s: %s", type(error).__name__, error)
         ended, loss = "failed", math.nan
     ending = ENDINGS[where, ended]

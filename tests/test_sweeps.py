@@ -210,6 +210,8 @@ def test_failures_are_results_and_the_sweep_exits_nonzero(tmp_path):
         "[1/4] activation.target=reluexp.functions.MyReLU lr=1e-06 completed"
     )
     assert not any("steps=" in line or "device=" in line for line in job_lines)
+    # 62.9: each failure said once, on its job line (a `job failed:` line said it before).
+    assert sum("planted failure in the backward" in line for line in lines) == 2
     shown = sweep_dir.relative_to(tmp_path)
     assert lines[-1] == (
         f"reluexp: sweep ended, 4 jobs: completed 1, diverged 1, failed 2. Sweep dir: {shown} "

@@ -112,6 +112,12 @@ def loss_lines_labelled(number: int, plan: Plan) -> Iterator[None]:
         loss_log.removeFilter(prefix)
 
 
+def job_lines(hydra_config: DictConfig) -> bool:
+    """A sweep's jobs each end with a job line (cli.Lifecycle.on_job_end), but under
+    submitit's launchers, which print their own."""
+    return "submitit" not in str(hydra_config.launcher.get("_target_", ""))
+
+
 def closing_line(sweep_dir: Path, written: Written) -> str:
     """The sweep's outcome in one line, like a single run's: its jobs by status, where the
     summary is, how to see it, and for a sweep that stopped early how to finish it."""
