@@ -196,10 +196,20 @@ def plugin_scalars(run_dir: Path, tag: str) -> dict[int, float]:
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """tag -> [(step, value)] of every scalar tag, read with TensorBoard's reader."""
-    events = tensorboard(run_dir)
+    """tag -> [(step, value)] of every scalar tag as TensorBoard's scalars plugin loads it: a
+    simple_value, or a scalars tensor (a tag's first point, which carries its description;
+    the legacy EventAccumulator.Scalars sees only simple_values)."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+    from tensorboard.util import tensor_util
+
+    events = plugin_event_accumulator.EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    events.Reload()
     return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+        tag: [
+            (e.step, tensor_util.make_ndarray(e.tensor_proto).item()) for e in events.Tensors(tag)
+        ]
+        for tag in events.Tags()["tensors"]
+        if events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"
     }
 
 

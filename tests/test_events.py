@@ -20,7 +20,8 @@ from reluexp.record.events import (
     varint,
     write_derived,
 )
-from tests.helpers import plugin_scalars, tensorboard
+from reluexp.run import runner
+from tests.helpers import plugin_scalars, scalars, small_config, tensorboard
 
 # A 1x1 PNG.
 PNG = bytes.fromhex(
@@ -67,12 +68,8 @@ def test_out_of_range_and_nan_values_become_float32_like_protobufs():
 
 
 def tensorboards_view(run_dir, tags):
-    events = tensorboard(run_dir)
-    present = events.Tags()["scalars"]
-    return {
-        tag: {e.step: e.value for e in events.Scalars(tag)} if tag in present else {}
-        for tag in tags
-    }
+    shown = scalars(run_dir)
+    return {tag: dict(shown.get(tag, [])) for tag in tags}
 
 
 def test_read_scalars_sees_a_resumed_run_as_tensorboard_does(tmp_path):
@@ -136,9 +133,8 @@ def test_a_derived_file_is_written_aside_under_a_name_tensorboard_never_lists(
         temporaries = [n for n in names if n.endswith(".tmp")]
         assert other.name in temporaries and len(temporaries) == 2  # the other's and its own
     assert sorted(p.name for p in tmp_path.iterdir()) == [other.name, final]
-    events = tensorboard(tmp_path)
-    assert [(e.step, e.value) for e in events.Scalars("a/b")] == [(0, 1.0), (1, 2.0)]
-    assert len(events.Images("i")) == 1
+    assert scalars(tmp_path)["a/b"] == [(0, 1.0), (1, 2.0)]
+    assert len(tensorboard(tmp_path).Images("i")) == 1
 
 
 def test_a_derived_file_has_the_mode_of_a_runs_own_files(tmp_path):
@@ -167,3 +163,21 @@ def test_event_files_sort_in_writing_order_within_one_second(tmp_path, monkeypat
     expected = {0: 0.0, 1: 1.0, 2: 20.0, 3: 30.0}
     assert read_scalars(tmp_path, ["loss/train"])["loss/train"] == expected
     assert plugin_scalars(tmp_path, "loss/train") == expected
+
+
+def test_every_streamed_tag_says_what_it_means_in_tensorboard(tmp_path):
+    """62.9: units/exact_zeros and the other streamed tags carried no description; each now
+    has one on its first point, which TensorBoard shows beside its chart."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+
+    runner.run(small_config(steps=3), tmp_path)
+    events = plugin_event_accumulator.EventAccumulator(str(tmp_path))
+    events.Reload()
+    shown = {
+        tag: events.SummaryMetadata(tag).summary_description for tag in events.Tags()["tensors"]
+    }
+    streamed = [tag for tag in shown if tag.split("/")[0] in ("loss", "norm", "units")]
+    assert len(streamed) >= 10
+    assert all(shown[tag] for tag in streamed), [tag for tag in streamed if not shown[tag]]
+    assert shown["units/exact_zeros"].startswith("pre-activations exactly 0.0 in the step's batch")
+    assert shown["norm/grad_w1"] == "the L2 norm of w1's gradient, before the update"

@@ -96,8 +96,8 @@ def test_hparams_land_in_the_same_run(default_run, seed_steps):
         "_hparams_/session_end_info",
     }
     assert b"myrelu" in plugin_data["_hparams_/session_start_info"]
-    final = events.Scalars("summary/final_loss")
-    assert [e.value for e in final] == [seed_steps[-1]["loss"]]
+    final = scalars(run_dir)["summary/final_loss"]
+    assert [value for _, value in final] == [seed_steps[-1]["loss"]]
     assert not [p for p in run_dir.iterdir() if p.is_dir()]  # no sub-run
 
 

@@ -279,6 +279,8 @@ class EventWriter:
         writes one too, or its resume's would only count as the first."""
         self._events = EventFile(run_dir, file_name)
         self._encoders: dict[tuple[str, ...], ScalarEvents] = {}
+        # Tags whose first point, with what they mean, this file holds.
+        self._described: set[str] = set()
         if start_step is not None:
             start = SessionLog(status=SessionLog.START)
             self._events.write([Event(wall_time=time.time(), step=start_step, session_log=start)])
@@ -290,7 +292,23 @@ class EventWriter:
         times: Sequence[float],
         rows: Sequence[Sequence[float]],
     ) -> None:
-        """One event per step holding that step's value for every tag."""
+        """One event per step holding that step's value for every tag; a tag's first point in
+        this file carries what it means (tags.description), which TensorBoard shows beside
+        its chart."""
+        undescribed = [
+            i for i, tag in enumerate(tags) if tag not in self._described and description(tag)
+        ]
+        if undescribed and rows:
+            for i in undescribed:
+                self.described_scalar(tags[i], steps[0], rows[0][i], description(tags[i]))
+            self._described.update(tags[i] for i in undescribed)
+            rest = [i for i in range(len(tags)) if i not in undescribed]
+            if rest:
+                first = [[rows[0][i] for i in rest]]
+                self.scalars([tags[i] for i in rest], steps[:1], times[:1], first)
+            steps, times, rows = steps[1:], times[1:], rows[1:]
+            if not rows:
+                return
         key = tuple(tags)
         if key not in self._encoders:
             self._encoders[key] = ScalarEvents(tags)
@@ -408,10 +426,6 @@ def write_derived(
         writer.texts(texts or {})
         for tag, values in (series or {}).items():
             steps = sorted(values)
-            meaning = description(tag)
-            if meaning is not None and steps:  # the first point carries what the tag means
-                writer.described_scalar(tag, steps[0], values[steps[0]], meaning)
-                steps = steps[1:]
             rows = [[values[step]] for step in steps]
             writer.scalars([tag], steps, [time.time()] * len(steps), rows)
         if session is not None:

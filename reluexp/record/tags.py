@@ -123,9 +123,37 @@ def loss_band(group: str) -> tuple[str, str, str]:
     return tuple(f"{RANGE_FAMILY}/{group}/{stat}" for stat in ("mean", "min", "max"))
 
 
+# What each tag a run streams means (description()), TensorBoard's (i) beside its chart.
+MEANINGS = {
+    LOSS: "the training loss of the step's batch, before the step's update",
+    LR: "the learning rate the step's update used (the schedule's)",
+    SKIPPED_STEPS: "recorded steps so far whose update fp16's gradient scaler skipped "
+    "(a gradient that overflowed float16 once unscaled)",
+    GRAD_NORM_TOTAL: "the L2 norm of every trained parameter's gradient together, before the "
+    "step's update",
+    DEAD_FRACTION: "the fraction of the activation's units (a channel, for images) that are 0 "
+    "for every example of the batch, over every site",
+    EXACT_ZEROS: "pre-activations exactly 0.0 in the step's batch, over every site: where a "
+    "ReLU's subgradient convention decides the gradient",
+    LOSS_LOG10: "log10 of loss/train",
+    GRAD_NORM_TOTAL_LOG10: "log10 of norm/grad_total",
+    STEPS_WITH_EXACT_ZEROS: "streamed steps so far with an exact-zero pre-activation",
+    "loss/val": "the loss on the validation split, at each validation pass",
+    "metric/accuracy_val": "the accuracy on the validation split, at each validation pass",
+    "metric/accuracy_train": "the accuracy on the step's batch, at each validation pass",
+}
+# By a tag's prefix or suffix: each parameter's and each activation site's.
+SITE_MEANINGS = {
+    "dead_fraction": "the fraction of this site's units that are 0 for every example of the batch",
+    "exact_zeros": "this site's pre-activations exactly 0.0 in the step's batch",
+    "output_max": "the largest value this site's activation gave in the step's batch",
+    "output_min": "the smallest value this site's activation gave in the step's batch",
+}
+
+
 def description(tag: str) -> str | None:
-    """What a derived tag's values mean, for the charts that show it under its bare name
-    (the Scalars tab shows it behind an (i)), where no Custom Scalars title explains it."""
+    """What a tag's values mean, for the Scalars tab, which shows it behind an (i) beside its
+    chart (a derived tag's chart has no Custom Scalars title to explain it)."""
     family = tag.split("/", 1)[0]
     if family == GAP_FAMILY:
         return (
@@ -135,6 +163,19 @@ def description(tag: str) -> str | None:
         )
     if family == RANGE_FAMILY:
         return "log10 of the loss over the group's seeds at each step: their mean, min or max"
+    if tag in MEANINGS:
+        return MEANINGS[tag]
+    if tag.startswith(GRAD_NORM_PREFIX):
+        return f"the L2 norm of {tag.removeprefix(GRAD_NORM_PREFIX)}'s gradient, before the update"
+    if tag.startswith(WEIGHT_NORM_PREFIX):
+        return f"the L2 norm of {tag.removeprefix(WEIGHT_NORM_PREFIX)} after the step's update"
+    if family == "units" and tag.count("/") == 2:
+        return SITE_MEANINGS.get(tag.rpartition("/")[2])
+    if family == "param":
+        return (
+            "the activation's own parameter after the step's update (a tensor's norm, mean, "
+            "min or max)"
+        )
     return None
 
 
