@@ -55,6 +55,7 @@ from reluexp.sweeps.terminal import (
     loss_lines_labelled,
     say_sweep_start,
     sweep_plan,
+    time_left,
     write_sweep_summary,
 )
 from reluexp.sweeps.workers import (
@@ -182,7 +183,8 @@ class Lifecycle(Callback):
         except SummaryError:
             summary = RunSummary(status="failed", overrides=list(job_return.overrides))
         plan = sweep_plan(Path(config.hydra.sweep.dir))
-        print(job_line(config.hydra.job.num, plan, summary), file=sys.stderr)
+        left = time_left(Path(config.hydra.sweep.dir), config.hydra.job.num, plan)
+        print(job_line(config.hydra.job.num, plan, summary) + left, file=sys.stderr)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """The sweep's summary and closing line. A job that failed, or never ran, makes the

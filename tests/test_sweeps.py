@@ -33,7 +33,7 @@ from reluexp.sweeps.report.outputs import (
     write_report,
 )
 from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
-from reluexp.sweeps.terminal import closing_line
+from reluexp.sweeps.terminal import Plan, closing_line, time_left
 from tests.helpers import RAISING_FUNCTION, REPO_ROOT, SMALL, fake_sweep, run_cli, small_config
 
 pytestmark = pytest.mark.slow
@@ -795,3 +795,16 @@ def test_the_optuna_search_space_on_the_command_line_searches_that_key(tmp_path)
     lrs = [job.summary.config["lr"] for job in find_jobs(tmp_path / "sweep")]
     assert len(lrs) == 3 and all(1e-8 <= lr <= 1e-4 for lr in lrs) and len(set(lrs)) == 3
     assert "sweep ended, 3 jobs:" in result.stderr
+
+
+def test_a_job_line_says_how_long_the_rest_of_the_sweep_takes_at_its_pace(tmp_path):
+    """62.6: a sweep said nothing of its whole time; each job line ends with the jobs left
+    and their time at the pace so far (100 s for the first of 4: about 300 s to go)."""
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    started = time.time() - 100
+    os.utime(tmp_path / "multirun.yaml", (started, started))
+    plan = Plan(total=4, varying=None)
+    assert re.fullmatch(r"; 3 jobs left, about 5:0\d to go", time_left(tmp_path, 0, plan))
+    assert re.fullmatch(r"; 1 job left, about 0:3\d to go", time_left(tmp_path, 2, plan))
+    assert time_left(tmp_path, 3, plan) == ""
+    assert time_left(tmp_path, 0, Plan(total=None, varying=None)) == ""

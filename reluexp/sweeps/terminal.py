@@ -4,6 +4,7 @@ sweep, its loss lines told apart by job, and one closing line once it ends."""
 import logging
 import math
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from reluexp.record.progress import duration
 from reluexp.record.summary import RunSummary
 from reluexp.run.rundir import shown_path
 from reluexp.sweeps.finish import UNFINISHED, finish_command
@@ -93,6 +95,22 @@ def job_line(number: int, plan: Plan, summary: RunSummary) -> str:
     if summary.slurm_job_id:
         line += f" (SLURM job {summary.slurm_job_id})"
     return line
+
+
+def time_left(sweep_dir: Path, number: int, plan: Plan) -> str:
+    """After job `number` ends, the sweep's jobs still to run and their time at the pace so far
+    (since the sweep wrote multirun.yaml, as many jobs done as the number says: launchers run
+    them in order); "" after the last or where the plan is unknown."""
+    done = number + 1
+    if plan.total is None or done >= plan.total:
+        return ""
+    try:
+        elapsed = time.time() - (sweep_dir / "multirun.yaml").stat().st_mtime
+    except OSError:
+        return ""
+    left = plan.total - done
+    to_go = duration(elapsed * left / done)
+    return f"; {left} job{'s' if left > 1 else ''} left, about {to_go} to go"
 
 
 @contextmanager
