@@ -450,6 +450,29 @@ def test_the_progress_line_says_when_a_busy_machine_slowed_the_run(monkeypatch, 
     assert not said[2].endswith(")") and not said[3].endswith(")")  # quiet machine; fast again
 
 
+def test_a_machine_busy_from_the_start_is_said_on_the_first_progress_line(monkeypatch, caplog):
+    """62.1: a run slow from its start said nothing (the note fired only on a slowdown after
+    the first line); with torch's threads above one it is said on the first line."""
+    clock = iter([])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)
+    monkeypatch.setattr(progress.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(progress.os, "getloadavg", lambda: (4.5, 0, 0))
+    for threads, said in ((2, True), (1, False)):
+        clock = iter([0.0, 1.0])
+        line = Progress(total=1000, start_step=0, loss=lambda: 1.0, enabled=True, threads=threads)
+        line.interactive = False
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="reluexp"):
+            line.update(100)
+        (first,) = [r.getMessage() for r in caplog.records]
+        note = (
+            " (the machine is busy, load 4.5 on 2 cores: torch's 2 threads wait on each other "
+            "when the cores are taken; threads=1 may run faster)"
+        )
+        assert first.endswith(note) == said, first
+
+
 def test_the_process_ends_as_any_python_program_under_standard_tools(tmp_path):
     tools = {
         "cProfile": ["-m", "cProfile", "-o", str(tmp_path / "p.prof")],

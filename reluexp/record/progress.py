@@ -34,8 +34,18 @@ def duration(seconds: float) -> str:
 class Progress:
     """Steps, latest flushed loss, steps/s and ETA; costs one clock read per step when idle."""
 
-    def __init__(self, total: int, start_step: int, loss: Callable[[], float], enabled: bool):
+    def __init__(
+        self,
+        total: int,
+        start_step: int,
+        loss: Callable[[], float],
+        enabled: bool,
+        threads: int = 1,
+    ):
+        """threads: torch's intra-op threads for the run, which a busy machine's first line
+        names."""
         self.total = total
+        self.threads = threads
         self.start_step = start_step
         self.loss = loss
         self.enabled = enabled and total > start_step
@@ -75,7 +85,7 @@ class Progress:
         recent = (step - last_step) / (now - last_time) if now > last_time else math.inf
         if self.first_rate is None:
             self.first_rate = recent
-            return ""
+            return self.busy_from_the_start()
         if recent * SLOWDOWN > self.first_rate:
             return ""
         load, cores = os.getloadavg()[0], os.cpu_count() or 1
@@ -84,6 +94,20 @@ class Progress:
         return (
             f" ({self.first_rate / recent:.0f}x slower than its first steps: the machine is "
             f"busy, load {load:.1f} on {cores} cores)"
+        )
+
+    def busy_from_the_start(self) -> str:
+        """The first line's note where the machine is busy as the run starts and torch runs
+        several threads, which spin and wait on each other when other work holds the cores
+        (a model of the digits took 70 s at 2 threads, 6 s at 1, under load 4)."""
+        if self.threads <= 1:
+            return ""
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        if load <= cores:
+            return ""
+        return (
+            f" (the machine is busy, load {load:.1f} on {cores} cores: torch's {self.threads} "
+            "threads wait on each other when the cores are taken; threads=1 may run faster)"
         )
 
     def close(self) -> None:

@@ -242,7 +242,13 @@ def _run(
             stream,
             Recorder(config, events, **state.recorded),
             stop,
-            Progress(config.steps, state.step, lambda: state.outcome.final_loss, not config.quiet),
+            Progress(
+                config.steps,
+                state.step,
+                lambda: state.outcome.final_loss,
+                not config.quiet,
+                torch.get_num_threads(),
+            ),
             reserve,
             start_step=state.step,
         )
