@@ -104,6 +104,8 @@ def test_hydras_grid_split_is_as_relied_on_and_the_copy_agrees():
 
 
 def test_torchs_multi_tensor_norm_is_as_relied_on():
+    if torch.__version__.startswith("2.3."):
+        pytest.skip("torch 2.3's _foreach_norm takes no dtype: the fallback runs (tested below)")
     if _compat.FOREACH_FLOAT64_NORM is None:
         pytest.fail(
             f"torch {torch.__version__}: torch._foreach_norm takes no dtype or does not "
@@ -135,6 +137,8 @@ def test_float64_norms_are_the_float64_norms_either_way(monkeypatch, multi_tenso
 def test_torchs_custom_op_classes_are_as_relied_on():
     """What torch.library.custom_op returns, and an operator under torch.ops, are instances of
     the classes opcheck takes: a custom op is recognised as one (lab/compiled.py)."""
+    if not hasattr(torch.library, "custom_op"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.custom_op (torch 2.4's)")
     assert len(_compat.CUSTOM_OP_TYPES) == 3, f"torch {torch.__version__} moved them"
 
     @torch.library.custom_op("reluexp_compat::identity", mutates_args=())

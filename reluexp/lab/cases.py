@@ -143,7 +143,8 @@ def binades(dtype: torch.dtype) -> torch.Tensor:
     info = torch.finfo(dtype)
     # The smallest subnormal is 2^(log2(smallest normal) + log2(eps)): 2^-149, 2^-1074.
     lowest = round(math.log2(info.smallest_normal) + math.log2(info.eps))
-    exponents = torch.arange(lowest, round(math.log2(info.max)) + 1)
+    # float64 exponents: torch before 2.4 computes ldexp of integer exponents in float32.
+    exponents = torch.arange(lowest, round(math.log2(info.max)) + 1, dtype=torch.float64)
     ones = torch.ones(len(exponents), dtype=torch.float64)
     magnitudes = torch.cat([torch.ldexp(point * ones, exponents) for point in BINADE_POINTS])
     # As the dtype holds them (1.5 x the smallest subnormal does not exist; 1.5 x 2^1023 is inf).
