@@ -1,6 +1,6 @@
 """Typed config schema, normalized once where a config is made (options as their Enum members, a
-hidden width as a list), and its meanings for --help (Hydra knows the schema through
-hydra_glue; reluexp.validation checks the values)."""
+hidden width as a list), each field with its meaning (Hydra knows the schema, and --help its
+meanings, through hydra_glue; reluexp.validation checks the values)."""
 
 import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
@@ -494,49 +494,3 @@ def config_from_dict(values: dict[str, Any]) -> Config:
     own = {schema_field.name for schema_field in fields(option)}
     values = {**values, "model": {key: value for key, value in model.items() if key in own}}
     return OmegaConf.to_object(OmegaConf.merge(schema, values))
-
-
-def key_meanings(model: type[ModelConfig] | None = None) -> dict[str, str]:
-    """Every key of the schema, dotted (`data.batch_size`), with its meaning (its field's
-    metadata), and for a choice its options (its Enum's docstring): what --help prints, from
-    the one copy. The model's keys are `model`'s option schema's, or without one every
-    option's, each key once, its meaning prefixed with the options that have it where not all
-    do (`model=resnet: ...`)."""
-    meanings: dict[str, str] = {}
-
-    def meaning_of(schema_field: Any) -> str:
-        kind = schema_field.type
-        text = schema_field.metadata.get("help", "")
-        if isinstance(kind, type) and issubclass(kind, Enum):
-            text += " " + " ".join((kind.__doc__ or "").split())
-        return text.strip()
-
-    def walk(schema: type, prefix: str) -> None:
-        for schema_field in fields(schema):
-            kind, key = schema_field.type, prefix + schema_field.name
-            if kind is ModelConfig:
-                walk_models(key + ".")
-            elif is_dataclass(kind):
-                walk(kind, f"{key}.")
-            else:
-                meanings[key] = meaning_of(schema_field)
-
-    def walk_models(prefix: str) -> None:
-        options = [model] if model is not None else list(MODEL_SCHEMAS.values())
-        by_key: dict[str, list[tuple[str, str]]] = {}
-        for option in options:
-            for schema_field in fields(option):
-                option_name = option().name.value
-                by_key.setdefault(schema_field.name, []).append(
-                    (option_name, meaning_of(schema_field))
-                )
-        for name, found in by_key.items():
-            if len(found) == len(options):  # every option's: one meaning
-                meanings[prefix + name] = found[0][1]
-            else:
-                meanings[prefix + name] = " ".join(
-                    f"model={option}: {text}" for option, text in found
-                )
-
-    walk(Config, "")
-    return meanings

@@ -1,5 +1,6 @@
 """Hydra glue shared by the entry points (`python -m reluexp`, `reluexp.check`): where the
-configs are, the resolvers they use, the named studies, and composition errors as one line."""
+configs are, the schema per option, the resolvers they use, the named studies, --help's keys
+and their meanings, and composition errors as one line."""
 
 import json
 import os
@@ -7,11 +8,12 @@ import re
 import textwrap
 import traceback
 from collections.abc import Iterable
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from datetime import datetime
 from enum import Enum
 from importlib import metadata, resources
 from pathlib import Path
+from typing import Any
 
 import hydra
 import omegaconf
@@ -26,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
 from hydra_plugins.reluexp_launcher import launchers
-from reluexp.config import MODEL_SCHEMAS, Config, ModelConfig, key_meanings
+from reluexp.config import MODEL_SCHEMAS, Config, ModelConfig
 from reluexp.sweeps.names import job_dir_name
 from reluexp.validation import OPEN_KEY, TOP_GROUPS, close_match
 
@@ -83,6 +85,52 @@ def help_groups() -> str:
         f"{group}: {', '.join(sorted(loader.get_group_options(group)))}\n"
         for group in (*shown, "hydra/launcher", "hydra/sweeper")
     )
+
+
+def key_meanings(model: type[ModelConfig] | None = None) -> dict[str, str]:
+    """Every key of the schema, dotted (`data.batch_size`), with its meaning (its field's
+    metadata), and for a choice its options (its Enum's docstring): what --help prints, from
+    the one copy. The model's keys are `model`'s option schema's, or without one every
+    option's, each key once, its meaning prefixed with the options that have it where not all
+    do (`model=resnet: ...`)."""
+    meanings: dict[str, str] = {}
+
+    def meaning_of(schema_field: Any) -> str:
+        kind = schema_field.type
+        text = schema_field.metadata.get("help", "")
+        if isinstance(kind, type) and issubclass(kind, Enum):
+            text += " " + " ".join((kind.__doc__ or "").split())
+        return text.strip()
+
+    def walk(schema: type, prefix: str) -> None:
+        for schema_field in fields(schema):
+            kind, key = schema_field.type, prefix + schema_field.name
+            if kind is ModelConfig:
+                walk_models(key + ".")
+            elif is_dataclass(kind):
+                walk(kind, f"{key}.")
+            else:
+                meanings[key] = meaning_of(schema_field)
+
+    def walk_models(prefix: str) -> None:
+        options = [model] if model is not None else list(MODEL_SCHEMAS.values())
+        by_key: dict[str, list[tuple[str, str]]] = {}
+        for option in options:
+            for schema_field in fields(option):
+                option_name = option().name.value
+                by_key.setdefault(schema_field.name, []).append(
+                    (option_name, meaning_of(schema_field))
+                )
+        for name, found in by_key.items():
+            if len(found) == len(options):  # every option's: one meaning
+                meanings[prefix + name] = found[0][1]
+            else:
+                meanings[prefix + name] = " ".join(
+                    f"model={option}: {text}" for option, text in found
+                )
+
+    walk(Config, "")
+    return meanings
 
 
 def help_keys(_root_: DictConfig) -> str:

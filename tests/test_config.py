@@ -10,8 +10,9 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from reluexp import hydra_glue
-from reluexp.config import Config, ConfigError, Dtype, ModelName, config_dict, key_meanings
+from reluexp.config import Config, ConfigError, Dtype, ModelName, config_dict
 from reluexp.functions.targets import resolve_activation
+from reluexp.hydra_glue import key_meanings
 from reluexp.validation import task_config, validate
 from tests.helpers import EXPERIMENTS, SHIPPED_ACTIVATIONS
 
