@@ -155,3 +155,30 @@ def test_experiments_readme_commands_run_and_their_tables_are_the_reports(
         assert int(row[jobs]) == sum(
             int(count) for count in re.findall(r": (\d+)", row[header.index("status")])
         )
+
+
+def test_the_quickstart_ends_on_a_dashboard_that_fills(tmp_path):
+    """62.5: its last line was `tensorboard --logdir outputs`, 55 runs after its commands, past
+    the 40 TensorBoard ticks by itself: the page opened empty. Its commands run in one
+    directory, as a user types them; the last line's logdir holds runs, no more than 40."""
+    quickstart = README.split("## Quickstart", 1)[1]
+    (block,) = re.findall(r"```bash\n(.*?)```", quickstart.split("\n## ", 1)[0], flags=re.S)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    for command in lines[:-1]:
+        if "--help" not in command:
+            result = subprocess.run(
+                shrunk(command), cwd=tmp_path, capture_output=True, text=True, timeout=900
+            )
+            assert result.returncode == 0, (command, result.stderr[-2000:])
+    assert lines[-1].startswith("tensorboard --logdir ")
+    logdir = subprocess.run(
+        ["bash", "-c", f"echo {lines[-1].removeprefix('tensorboard --logdir ')}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    runs = {path.parent for path in (tmp_path / logdir).rglob("events.out.tfevents.*")}
+    assert 0 < len(runs) <= 40, (logdir, len(runs))
+    everything = {path.parent for path in (tmp_path / "outputs").rglob("events.out.tfevents.*")}
+    assert len(everything) > 40  # what `tensorboard --logdir outputs` would have opened
