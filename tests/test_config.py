@@ -267,3 +267,21 @@ def test_unset_log_every_streams_as_many_rows_as_tensorboard_keeps(steps, log_ev
     """60: at most 1,000 rows a tag (and the print steps and the last), evenly spaced."""
     config = Config(steps=steps, log_every=log_every)
     assert config.streamed_every == every
+
+
+@pytest.mark.parametrize(
+    ("overrides", "log_every", "eval_every"),
+    [
+        ([], 100, 1000),  # the paper's 64,000 steps: the preset's own
+        (["steps=50"], 1, 10),  # a trial: 50 streamed points, 5 validation passes
+        (["steps=3000"], 60, 600),
+        (["steps=50", "log_every=7"], 7, 10),  # said on the command line: as said
+    ],
+)
+def test_a_short_trial_of_the_papers_study_still_draws_curves(overrides, log_every, eval_every):
+    """62.6: `experiment=cifar10_resnet20 steps=50` streamed steps 0 and 49 only (every 100),
+    its loss line frozen at step 0's and two points a run on the dashboard."""
+    config = task_config(
+        hydra_glue.compose_config(["experiment=cifar10_resnet20", "data.root=/data", *overrides])
+    )
+    assert (config.log_every, config.eval_every) == (log_every, eval_every)
