@@ -142,6 +142,13 @@ class ActivationConfig:
             "+activation.params.x=1."
         ),
     )
+    reference_params: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=meaning(
+            "Keyword arguments of the reference alone, beside the target's params it takes "
+            "(a tanh GELU's reference: +activation.reference_params.approximate=tanh)."
+        ),
+    )
     surrogate: str | None = field(
         default=None,
         metadata=meaning(

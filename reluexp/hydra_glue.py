@@ -30,7 +30,7 @@ import reluexp
 from hydra_plugins.reluexp_launcher import launchers
 from reluexp.config import MODEL_SCHEMAS, Config, ModelConfig
 from reluexp.sweeps.names import job_dir_name
-from reluexp.validation import OPEN_KEY, TOP_GROUPS, close_match
+from reluexp.validation import OPEN_KEYS, TOP_GROUPS, close_match
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
 # wheel finds them from any directory, and an editable install finds the repository's.
@@ -293,7 +293,7 @@ def model_options_with(key: str) -> list[str]:
 
 def unknown_key_line(error: BaseException | None, append: str) -> str | None:
     """An override of a key the config does not have, as one line: the key it most likely
-    meant first, and Hydra's `+` only where a new key means something (OPEN_KEY: a custom
+    meant first, and Hydra's `+` only where a new key means something (OPEN_KEYS: a custom
     activation's params)."""
     parent = getattr(error, "parent_node", None)
     full_key = getattr(error, "full_key", None)
@@ -311,6 +311,6 @@ def unknown_key_line(error: BaseException | None, append: str) -> str | None:
         line += f" (only {' and '.join(owners)} has it)"
     elif match:
         line += f"; did you mean {prefix}{match}?"
-    if prefix.rstrip(".") == OPEN_KEY:
+    if prefix.rstrip(".") in OPEN_KEYS:
         return f"{line} (a new key is added with a +: {append})"
     return line

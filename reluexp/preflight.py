@@ -20,7 +20,7 @@ from reluexp.run.rundir import RESERVE_BYTES
 from reluexp.sweeps.finish import check_same_sweep
 from reluexp.sweeps.report.discovery import jobs_in
 from reluexp.sweeps.slurm import check_slurm_resources
-from reluexp.validation import OPEN_KEY, TOP_GROUPS, close_match, config_keys, task_config
+from reluexp.validation import OPEN_KEYS, TOP_GROUPS, close_match, config_keys, task_config
 
 # What Hydra writes into a run's directory before the run starts (.hydra/'s three files, the
 # log), with room to spare: about six pages of a file system.
@@ -132,14 +132,14 @@ def check_search_space(config: DictConfig) -> None:
     """A sweeper that chooses as it goes (Optuna) searches keys of the task's config: its
     params and the command line's search-space overrides. A key that is none is one line
     before the study starts, with the key it most likely meant (a key added with `+` under
-    OPEN_KEY is the activation's own)."""
+    OPEN_KEYS is the activation's own)."""
     task = OmegaConf.to_container(config, resolve=False)
     del task["hydra"]
     keys = {*config_keys(task), *TOP_GROUPS}
     searched = [(SEARCH_SPACE + str(key), str(key)) for key in config.hydra.sweeper.params or {}]
     for override in OverridesParser.create().parse_overrides(list(config.hydra.overrides.task)):
         key = override.key_or_group
-        if override.is_sweep_override() and not (override.is_add() and key.startswith(OPEN_KEY)):
+        if override.is_sweep_override() and not (override.is_add() and key.startswith(OPEN_KEYS)):
             searched.append((key, key))
     for shown, key in searched:
         if key not in keys:

@@ -169,9 +169,9 @@ def validate_update(config: Config) -> None:
     )
 
 
-# Where a new key means something: a target's keyword arguments, which the target's own
-# signature checks (functions/targets.py).
-OPEN_KEY = "activation.params"
+# Where a new key means something: a target's and a reference's keyword arguments, which
+# their own signatures check (functions/targets.py).
+OPEN_KEYS = ("activation.params", "activation.reference_params")
 # Groups chosen at the top of the config whose name is no key of the schema.
 TOP_GROUPS = ("experiment",)
 
@@ -213,7 +213,7 @@ def task_config(cfg: DictConfig) -> Config:
         raise ConfigError(
             f"{key}: no such key, so nothing would read it"
             + (f"; did you mean {match}?" if match else "")
-            + f" (only {OPEN_KEY} takes new keys)"
+            + f" (only {' and '.join(OPEN_KEYS)} take new keys)"
         )
     return OmegaConf.to_object(cfg)
 

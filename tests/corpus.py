@@ -1341,3 +1341,16 @@ PLANTED = {
         *surrogate("tests.corpus.inverse_surrogate", alpha=0.3),
     ),
 }
+
+
+class PlainGELUTanh(GELUTanh):
+    """GELU's tanh approximation as users write it: no argument beside the input (its reference,
+    F.gelu, needs approximate="tanh" of its own: activation.reference_params)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return GELUTanh.forward(ctx, x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return GELUTanh.backward(ctx, grad_output)[0]

@@ -177,7 +177,7 @@ def test_every_key_has_a_meaning_for_help():
     def keys(values: dict, prefix: str = "") -> list[str]:
         found = []
         for name, value in values.items():
-            is_group = isinstance(value, dict) and name != "params"
+            is_group = isinstance(value, dict) and name not in ("params", "reference_params")
             found += keys(value, f"{prefix}{name}.") if is_group else [prefix + name]
         return found
 

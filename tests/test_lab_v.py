@@ -340,3 +340,25 @@ def test_backwards_that_differ_where_the_forwards_agree_blame_neither_by_name():
     same = next(f for f in report.findings if f.check.startswith("same function as the reference"))
     assert "where the forwards agree: one of them is not the derivative there" in same.detail
     assert "the reference's gradient is not" not in same.detail
+
+
+def test_a_reference_takes_keyword_arguments_of_its_own(tmp_path):
+    """62.9: a tanh GELU's reference is F.gelu with approximate="tanh", which the Function
+    does not take: without a wrapper it was checked against the exact GELU."""
+    gelu = torch.nn.functional.gelu
+    against_exact = check_function(corpus.PlainGELUTanh, gelu, training=False)
+    assert against_exact.status == Status.DIFFERS
+    against_tanh = check_function(
+        corpus.PlainGELUTanh, gelu, reference_params={"approximate": "tanh"}, training=False
+    )
+    assert against_tanh.ok, str(against_tanh)
+    code = command.main(
+        [
+            "activation=custom",
+            "activation.target=tests.corpus.PlainGELUTanh",
+            "activation.reference=torch.nn.functional.gelu",
+            "+activation.reference_params.approximate=tanh",
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
+    assert code == 0

@@ -115,7 +115,7 @@ BAD_INPUTS = [
     (
         ["+activaton=relu"],
         "reluexp: error: activaton: no such key, so nothing would read it; did you mean "
-        "activation? (only activation.params takes new keys)",
+        "activation? (only activation.params and activation.reference_params take new keys)",
     ),
     (
         ["+model.hiden=[5]"],

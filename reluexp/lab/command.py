@@ -60,7 +60,11 @@ def check(args: argparse.Namespace, interrupts: Interrupts) -> int:
             config.threads = 1
         activation = config.activation
         subject = build_subject(
-            activation.target, activation.reference, activation.surrogate, activation.params
+            activation.target,
+            activation.reference,
+            activation.surrogate,
+            activation.params,
+            activation.reference_params,
         )
         options = Options(
             thorough=args.thorough,

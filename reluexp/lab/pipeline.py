@@ -263,6 +263,7 @@ def check_function(
     *,
     surrogate: Any = None,
     params: dict[str, Any] | None = None,
+    reference_params: dict[str, Any] | None = None,
     dtypes: tuple[torch.dtype | str, ...] | None = None,
     training: bool = True,
     thorough: bool = False,
@@ -276,7 +277,8 @@ def check_function(
     user's own tests: `check_function(MyReLU, reference=torch.relu).ok` is False exactly when
     the command would exit 1, `str(report)` is its terminal summary, `report.findings` the rows
     of check.md. Each of target, reference and surrogate is an object or a dotted path.
-    `domain=(low, high)`: check only there. Nothing is written unless `out_dir` names a
+    `reference_params`: keyword arguments of the reference alone (`{"approximate": "tanh"}`
+    for F.gelu). `domain=(low, high)`: check only there. Nothing is written unless `out_dir` names a
     directory. `experiment`: the training run (default: the seed's, on the CPU). A mistake in
     the arguments raises ConfigError before anything runs; the caller's random stream and
     threads are left as they were."""
@@ -300,7 +302,7 @@ def check_function(
         domain=tuple(experiment.activation.domain) if experiment.activation.domain else None,
     )
     directory = checked_out_dir(out_dir)
-    subject = build_subject(target, reference, surrogate, params)
+    subject = build_subject(target, reference, surrogate, params, reference_params)
     with job_environment(device, experiment.threads):
         checked = run_checks(subject, experiment, options)
     if directory is not None:

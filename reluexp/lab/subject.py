@@ -190,11 +190,13 @@ def build_subject(
     reference: object = None,
     surrogate: object = None,
     params: dict[str, Any] | None = None,
+    reference_params: dict[str, Any] | None = None,
 ) -> Subject:
     """The subject for a target and its reference and surrogate, each an object or a dotted
     path; the params go to the target, and to the reference and the surrogate as they take
-    them. A mistake is a ConfigError naming the key."""
+    them; reference_params to the reference alone. A mistake is a ConfigError naming the key."""
     params = dict(params or {})
+    reference_params = dict(reference_params or {})
     obj = resolved(target, "activation.target")
     instance = isinstance(obj, torch.nn.Module)
     target_path = (
@@ -243,7 +245,7 @@ def build_subject(
     if reference is not None:
         reference_path = reference if isinstance(reference, str) else repr(reference)
         ref = resolved(reference, "activation.reference")
-        ref_params = accepted(ref, params)
+        ref_params = {**accepted(ref, params), **reference_params}
         subject.reference, ref_named = explicit(ref, ref_params, reference_path)
         if len(ref_named) != len(named):
             raise ConfigError(

@@ -106,7 +106,10 @@ def unpaired_references(jobs: list[Job]) -> list[str]:
         if config is None or job.run_dir is None:
             continue
         activation = config["activation"]
-        imitates = activation["reference"] not in (None, activation["target"])
+        # A reference with params of its own cannot be a job of the same sweep's grid.
+        imitates = activation["reference"] not in (None, activation["target"]) and not (
+            activation.get("reference_params")
+        )
         if imitates and reference_job(job, jobs) is None:
             unpaired.add(activation["reference"])
     return sorted(unpaired)
