@@ -31,6 +31,13 @@ def duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
 
 
+def busy_load() -> str | None:
+    """`load 5.2 on 2 cores` where the machine has more runnable processes than cores; else
+    None."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    return f"load {load:.1f} on {cores} cores" if load > cores else None
+
+
 class Progress:
     """Steps, latest flushed loss, steps/s and ETA; costs one clock read per step when idle."""
 
@@ -86,28 +93,24 @@ class Progress:
         if self.first_rate is None:
             self.first_rate = recent
             return self.busy_from_the_start()
-        if recent * SLOWDOWN > self.first_rate:
-            return ""
-        load, cores = os.getloadavg()[0], os.cpu_count() or 1
-        if load <= cores:
+        busy = busy_load() if recent * SLOWDOWN <= self.first_rate else None
+        if busy is None:
             return ""
         return (
             f" ({self.first_rate / recent:.0f}x slower than its first steps: the machine is "
-            f"busy, load {load:.1f} on {cores} cores)"
+            f"busy, {busy})"
         )
 
     def busy_from_the_start(self) -> str:
         """The first line's note where the machine is busy as the run starts and torch runs
         several threads, which spin and wait on each other when other work holds the cores
         (a model of the digits took 70 s at 2 threads, 6 s at 1, under load 4)."""
-        if self.threads <= 1:
-            return ""
-        load, cores = os.getloadavg()[0], os.cpu_count() or 1
-        if load <= cores:
+        busy = busy_load() if self.threads > 1 else None
+        if busy is None:
             return ""
         return (
-            f" (the machine is busy, load {load:.1f} on {cores} cores: torch's {self.threads} "
-            "threads wait on each other when the cores are taken; threads=1 may run faster)"
+            f" (the machine is busy, {busy}: torch's {self.threads} threads wait on each other "
+            "when the cores are taken; threads=1 may run faster)"
         )
 
     def close(self) -> None:
