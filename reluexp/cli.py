@@ -40,10 +40,10 @@ from reluexp.record.summary import RunSummary, SummaryError, record_failure
 from reluexp.record.tags import dashboard_command
 from reluexp.run.rundir import RunHeld, shown_path
 from reluexp.run.signals import (
+    OWNER,
     STOPPED_AT_START_UP,
     Interrupts,
     StopSignals,
-    handlers_kept,
     slurm_job_id,
 )
 from reluexp.sweeps import workers
@@ -472,7 +472,7 @@ def app() -> None:
     # SIGINT and SIGTERM at start-up (a sweep's own stop takes over once it has started, a
     # run's once it trains).
     try:
-        with handlers_kept(), START_UP:
+        with OWNER.scope(), START_UP:
             task()
     except KeyboardInterrupt:
         print(STOPPED_AT_START_UP, file=sys.stderr)

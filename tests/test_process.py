@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from reluexp.run.process import job_environment
-from reluexp.run.signals import StopSignals
+from reluexp.run.signals import OWNER, StopSignals
 
 
 def test_job_environment_puts_back_threads_rng_and_signal_handlers():
@@ -19,7 +19,7 @@ def test_job_environment_puts_back_threads_rng_and_signal_handlers():
         assert torch.get_num_threads() == 1
         torch.manual_seed(123)  # a checkpoint's RNG state, restored on resume
         torch.rand(3)
-        assert signal.getsignal(signal.SIGTERM) == stop._handle
+        assert signal.getsignal(signal.SIGTERM) == OWNER.dispatch and OWNER.phases[-1] is stop
     assert torch.get_num_threads() == threads
     assert torch.equal(torch.get_rng_state(), rng)
     assert signal.getsignal(signal.SIGTERM) == handler
@@ -39,14 +39,13 @@ def test_a_stopped_worker_ignores_the_stops_second_copy_until_it_exits():
     """A joblib worker gets Ctrl-C from the terminal's group and again from its sweep; the copy
     that arrives after its job has stopped must not end it before its closing line."""
     handler = signal.getsignal(signal.SIGINT)
-    try:
+    with OWNER.scope():  # the worker's process ends here: its stop goes with it
         with StopSignals(second_exits=False) as stop:
             os.kill(os.getpid(), signal.SIGINT)
             assert stop.signum == signal.SIGINT
         os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt with the handler put back
         assert stop.signum == signal.SIGINT
-    finally:
-        signal.signal(signal.SIGINT, handler)
+    assert signal.getsignal(signal.SIGINT) == handler
     # Not stopped: the handlers are put back as for any job.
     with StopSignals(second_exits=False):
         pass

@@ -1,5 +1,6 @@
-"""The signals that stop a run at a step boundary (StopSignals) and the rest of the process
-where it is not training (Interrupts): the mechanisms of the entry point's policy. No
+"""The process's one owner of SIGINT and SIGTERM (StopOwner) and what a stop means in each
+phase (PHASES): a run's training stops at a step boundary (StopSignals), the rest of the process
+at a point of its own code (Interrupts); a sweep's own phase is sweeps.workers.SweepStop. No
 torch here: the command line imports it before a run starts."""
 
 import os
@@ -43,17 +44,71 @@ def stop_signals() -> tuple[int, ...]:
     return (*STOPS, signal.SIGUSR2)
 
 
-@contextmanager
-def handlers_kept() -> Iterator[None]:
-    """The stops' handlers as they were when it ends, whatever was set inside (an in-process
-    caller of a sweep gets its own back)."""
-    previous = {signum: signal.getsignal(signum) for signum in STOPS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            if handler is not None:
-                signal.signal(signum, handler)
+class StopOwner:
+    """The process's one owner of the stops' handlers: each signal goes to the phase on top of
+    its stack that takes it (PHASES says what a stop means in each), and a handler is in place
+    exactly while some phase takes its signal; with none, the handler that was there before
+    (Python's, or an in-process caller's). A phase's handler only records, signals or raises:
+    anything slow happens where the code it interrupts ends."""
+
+    def __init__(self) -> None:
+        self.phases: list[Any] = []
+        # signum -> the handler in place before this owner's.
+        self.before: dict[int, Any] = {}
+
+    def push(self, phase: Any) -> None:
+        self.phases.append(phase)
+        self._sync()
+
+    def pop(self, phase: Any) -> None:
+        for i in range(len(self.phases) - 1, -1, -1):
+            if self.phases[i] is phase:
+                del self.phases[i]
+                break
+        self._sync()
+
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """Every phase pushed inside it is gone when it ends, however it ends (an in-process
+        caller of a sweep gets its own handlers back)."""
+        depth = len(self.phases)
+        try:
+            yield
+        finally:
+            del self.phases[depth:]
+            self._sync()
+
+    def dispatch(self, signum: int, frame: Any) -> None:
+        """The handler of every stop: the top phase that takes the signal handles it."""
+        for phase in reversed(self.phases):
+            if signum in phase.signals:
+                phase.handle(signum, frame)
+                return
+
+    def _sync(self) -> None:
+        # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
+        if threading.current_thread() is not threading.main_thread():
+            return
+        taken = {signum for phase in self.phases for signum in phase.signals}
+        for signum in taken - self.before.keys():
+            self.before[signum] = set_handler(signum, self.dispatch)
+        for signum in self.before.keys() - taken:
+            previous = self.before.pop(signum)
+            if previous is not None:  # None: not set from Python, nothing to put back
+                set_handler(signum, previous)
+
+
+# What a stop means, by phase (the stack's top decides): the process has one owner of them.
+PHASES = {
+    "start-up (Interrupts)": "recorded; the command ends at its next check of its own code, or "
+    "at once where it runs code that may not return (raising()); one line, 128 + the signal",
+    "training (StopSignals)": "the run stops at the next step boundary, checkpointed; a second "
+    "stop ends the process at once (a joblib worker's waits for its sweep)",
+    "a sweep outside training (sweeps.workers.SweepStop)": "the workers are signalled; the "
+    "sweep ends where the launcher waits or at its next check: its summary, 128 + the signal",
+    "exiting (Interrupts.hold)": "nothing changes; a second stop ends the process at once",
+}
+OWNER = StopOwner()
 
 
 class StopSignals:
@@ -65,28 +120,24 @@ class StopSignals:
     def __init__(self, second_exits: bool = True) -> None:
         self.signum: int | None = None
         self.second_exits = second_exits
-        self._previous: dict[int, Any] = {}
+        self.signals = stop_signals()
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def handle(self, signum: int, frame: Any) -> None:
         if self.signum is not None and self.second_exits:
             os._exit(128 + signum)
         self.signum = self.signum or signum
 
     def __enter__(self) -> "StopSignals":
-        # Handlers can only be set from the main thread (a threaded launcher runs jobs elsewhere).
-        if threading.current_thread() is threading.main_thread():
-            for signum in stop_signals():
-                self._previous[signum] = set_handler(signum, self._handle)
+        OWNER.push(self)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         if self.signum is not None and not self.second_exits:
-            # A worker that stopped may still get the stop's other copy: it keeps this handler,
-            # which only records it, until it exits (the default one would end it before its
-            # closing line).
+            # A worker that stopped may still get the stop's other copy: it stays the top
+            # phase, which only records it, until it exits (the default handler would end it
+            # before its closing line).
             return
-        for signum, handler in self._previous.items():
-            set_handler(signum, handler)
+        OWNER.pop(self)
 
 
 class Interrupts:
@@ -99,13 +150,14 @@ class Interrupts:
     the KeyboardInterrupt where it is. A second signal ends the process at once, with
     `line`."""
 
+    signals = STOPS
+
     def __init__(self, line: str) -> None:
         self.line = line
         self.signum: int | None = None
         self.raises = False
-        self._previous: dict[int, Any] = {}
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def handle(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
             print(self.line, file=sys.stderr, flush=True)
             os._exit(128 + signum)
@@ -134,12 +186,11 @@ class Interrupts:
     def hold(self) -> None:
         """From here on, until __exit__ (or the process's end)."""
         self.signum = None
-        self._previous = {signum: set_handler(signum, self._handle) for signum in STOPS}
+        OWNER.push(self)
 
     def __enter__(self) -> "Interrupts":
         self.hold()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        for signum, handler in self._previous.items():
-            set_handler(signum, handler)
+        OWNER.pop(self)

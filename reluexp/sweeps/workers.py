@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from reluexp.record.summary import RunSummary, SummaryError
 from reluexp.run.rundir import shown_path
-from reluexp.run.signals import STOPS, set_handler
+from reluexp.run.signals import OWNER, STOPS
 
 # How long the stopped jobs get to reach a step boundary and checkpoint before their workers
 # are killed.
@@ -56,11 +56,10 @@ def running_jobs(sweep_dir: Path) -> list[Path]:
     return found
 
 
-def stop_workers(sweep_dir: Path, signum: int, timeout: float = STOP_TIMEOUT_S) -> None:
-    """Pass the signal on to this process's workers and wait until none of the sweep's jobs is
-    `running` (each recorded `interrupted` at a step boundary); kill the workers then, and any
-    that has not recorded its job by the timeout. loky's resource tracker is left alone: it ends
-    by itself once the workers are gone (signalled, it prints a traceback)."""
+def signal_workers(signum: int) -> list[psutil.Process]:
+    """Pass the signal on to this process's workers (each stops its job at a step boundary);
+    returns them. loky's resource tracker is left alone: it ends by itself once the workers
+    are gone (signalled, it prints a traceback)."""
 
     def is_worker(child: psutil.Process) -> bool:
         try:
@@ -72,6 +71,14 @@ def stop_workers(sweep_dir: Path, signum: int, timeout: float = STOP_TIMEOUT_S) 
     for worker in workers:
         with contextlib.suppress(psutil.NoSuchProcess):
             worker.send_signal(signum)
+    return workers
+
+
+def wait_for_workers(
+    workers: list[psutil.Process], sweep_dir: Path, timeout: float = STOP_TIMEOUT_S
+) -> None:
+    """Wait until none of the sweep's jobs is `running` (each recorded `interrupted` at a step
+    boundary); kill the workers then, and any that has not recorded its job by the timeout."""
     deadline = time.monotonic() + timeout
     while running_jobs(sweep_dir) and time.monotonic() < deadline:
         if not any(worker.is_running() for worker in workers):
@@ -83,24 +90,32 @@ def stop_workers(sweep_dir: Path, signum: int, timeout: float = STOP_TIMEOUT_S) 
     psutil.wait_procs(workers, timeout=timeout)
 
 
+class SweepStopped(Exception):
+    """Raised by SweepStop's handler where the launcher waits on its jobs: the sweep ends
+    there, outside the handler (SweepStop.waiting)."""
+
+
 class SweepStop:
     """SIGINT/SIGTERM to a sweep's own process outside a job's training (which stops at a step
     boundary): the sweep ends, `end_sweep` says so (the summary) and the process exits with 128
     + the signal. At once while the launcher waits on its jobs (`waiting()`); elsewhere (Hydra
     composing the next job, the report being written) at the sweep's next `check()`, as
     signals.Interrupts says why. A parallel sweep first passes the signal on to its workers,
-    each job stopping at a step boundary (checkpoint, `interrupted`), and ignores the stop's
-    other copies (a terminal's Ctrl-C reaches it and its workers alike); otherwise a second
-    signal ends the process at once."""
+    each job stopping at a step boundary (checkpoint, `interrupted`), waits for them as it ends,
+    and ignores the stop's other copies (a terminal's Ctrl-C reaches it and its workers alike);
+    otherwise a second signal ends the process at once. A phase of signals.OWNER from its start
+    to the command's end (cli.main's OWNER.scope())."""
+
+    signals = STOPS
 
     def __init__(self, sweep_dir: Path, end_sweep: Callable[[], object], parallel: bool):
         self.sweep_dir, self.end_sweep, self.parallel = sweep_dir, end_sweep, parallel
         self.signum: int | None = None
         self.waits = False
-        for signum in STOPS:
-            set_handler(signum, self._handle)
+        self.workers: list[psutil.Process] = []
+        OWNER.push(self)
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def handle(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
             if self.parallel:
                 return
@@ -113,12 +128,14 @@ class SweepStop:
             os._exit(128 + signum)
         self.signum = signum
         if self.parallel:
-            stop_workers(self.sweep_dir, signum)
+            self.workers = signal_workers(signum)
         if self.waits:
-            self.end()
+            raise SweepStopped
 
     def end(self) -> None:
         self.waits = False
+        if self.parallel:
+            wait_for_workers(self.workers, self.sweep_dir)
         self.end_sweep()
         # Raised where the launcher waits: Hydra and joblib unwind, joblib releasing its
         # executor's semaphores and memmapping folders (an os._exit here left them to loky's
@@ -137,6 +154,8 @@ class SweepStop:
         self.waits = True
         try:
             yield
+        except SweepStopped:
+            self.end()
         finally:
             self.waits = False
 
