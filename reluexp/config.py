@@ -9,6 +9,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from reluexp.options import (
+    OPTION_SCHEMAS,
+    DataConfig,
+    MLPConfig,
+    ModelConfig,
+    RandomDataConfig,
+    meaning,
+)
+
 # The points a scalar tag TensorBoard keeps by default (its --samples_per_plugin), at random.
 TENSORBOARD_POINTS = 1000
 
@@ -55,11 +64,6 @@ class Schedule(str, Enum):
     step = "step"
 
 
-def meaning(text: str) -> dict[str, str]:
-    """A field's meaning, which --help prints (key_meanings())."""
-    return {"help": " ".join(text.split())}
-
-
 def normalize(node: Any, prefix: str = "") -> None:
     """A config's values as the schema's types say, in place: an option given by its name
     (`"scaled"`) becomes its Enum member, a single hidden width a list of one. Done where a
@@ -68,7 +72,7 @@ def normalize(node: Any, prefix: str = "") -> None:
     for schema_field in fields(node):
         kind, name = schema_field.type, schema_field.name
         value = getattr(node, name)
-        if is_dataclass(kind) and (isinstance(value, str | Enum) or type(value) is ModelConfig):
+        if is_dataclass(kind) and (isinstance(value, str | Enum) or type(value) in OPTION_SCHEMAS):
             value = option_schema(kind, value, f"{prefix}{name}")
             setattr(node, name, value)
         if is_dataclass(kind):
@@ -97,16 +101,18 @@ def normalize(node: Any, prefix: str = "") -> None:
 
 def option_schema(kind: type, value: Any, key: str) -> Any:
     """A group's node given by its option's name alone (`model="resnet"`), or as the base that
-    every model option shares: the option's own schema (MODEL_SCHEMAS), its values kept."""
-    if kind is not ModelConfig:
+    every option of the group shares: the option's own schema (OPTION_SCHEMAS), its values
+    kept."""
+    if kind not in OPTION_SCHEMAS:
         return kind(name=value)
+    names, schemas = OPTION_SCHEMAS[kind]
     given = asdict(value) if is_dataclass(value) else {"name": value}
     try:
-        option = MODEL_SCHEMAS[ModelName(given["name"])]
+        name = names(given["name"])
     except ValueError:
-        options = ", ".join(option.value for option in ModelName)
+        options = ", ".join(option.value for option in names)
         raise ConfigError(f"{key}={given['name']!r}: expected one of {options}") from None
-    return option(**given)
+    return schemas[name](**{**given, "name": name})
 
 
 # Defaults: the reference experiment's, for run() callers.
@@ -168,75 +174,6 @@ class ActivationConfig:
     )
 
 
-class DataName(str, Enum):
-    """random: the article's regression on noise; digits: scikit-learn's bundled 8x8 digits;
-    cifar10, cifar100: CIFAR as its authors distribute it, from data.root; file: the user's
-    .npz or .pt (x, y, optionally x_val, y_val); callable: a function returning them."""
-
-    random = "random"
-    digits = "digits"
-    cifar10 = "cifar10"
-    cifar100 = "cifar100"
-    file = "file"
-    callable = "callable"
-
-
-@dataclass
-class DataConfig:
-    name: DataName = field(
-        default=DataName.random,
-        metadata=meaning(
-            "Where the examples come from (the data= group sets it with its own defaults)."
-        ),
-    )
-    n: int = field(
-        default=64,
-        metadata=meaning("The random data's number of examples (the others bring their own)."),
-    )
-    d_in: int = field(default=1000, metadata=meaning("The random data's input features."))
-    d_out: int = field(default=10, metadata=meaning("The random data's output values."))
-    root: str | None = field(
-        default=None,
-        metadata=meaning(
-            "data=cifar10/cifar100: the folder holding the dataset's files, binary or python "
-            "version, as downloaded from https://www.cs.toronto.edu/~kriz/cifar.html."
-        ),
-    )
-    path: str | None = field(
-        default=None,
-        metadata=meaning(
-            "data=file: the path of a .npz or .pt (data=callable takes data.loader instead)."
-        ),
-    )
-    loader: str | None = field(
-        default=None,
-        metadata=meaning(
-            "data=callable: the dotted path of a function returning x, y (and x_val, y_val) "
-            "tensors."
-        ),
-    )
-    batch_size: int | None = field(
-        default=None,
-        metadata=meaning(
-            "Examples per step, a new seeded order each epoch; null: the full batch every step."
-        ),
-    )
-    augment: bool = field(
-        default=False,
-        metadata=meaning(
-            "Images: the CIFAR papers' augmentation, a random crop of the image padded by 4 "
-            "pixels and a horizontal flip half of the time, each step's drawn from the seed "
-            "and the step."
-        ),
-    )
-    val_fraction: float = field(
-        default=0.2,
-        metadata=meaning(
-            "Held out for validation, fixed by the seed, when the data brings no validation split."
-        ),
-    )
-
-
 class Loss(str, Enum):
     """auto: the summed squared error for regression (the article's), cross-entropy (mean over
     the batch) for classification, as the data's targets say; mean_squared_error: the mean
@@ -246,101 +183,6 @@ class Loss(str, Enum):
     squared_error = "squared_error"
     mean_squared_error = "mean_squared_error"
     cross_entropy = "cross_entropy"
-
-
-class Init(str, Enum):
-    """randn: the seed's torch.randn weights; scaled: randn times sqrt(2 / fan_in)."""
-
-    randn = "randn"
-    scaled = "scaled"
-
-
-class ModelName(str, Enum):
-    """mlp: the article's network of plain weight matrices (model.hidden: its hidden layers'
-    widths); cnn: a small conv net for images such as the bundled digits (model.hidden: its
-    3x3 convolutions' channels); resnet: the CIFAR ResNet of He et al. 2016 (model.depth,
-    model.hidden: its stages' widths); custom: your own (model.target, a factory of an
-    nn.Module)."""
-
-    mlp = "mlp"
-    cnn = "cnn"
-    resnet = "resnet"
-    custom = "custom"
-
-
-@dataclass
-class ModelConfig:
-    """What every model has; each option's schema adds its own keys (MODEL_SCHEMAS), so a key
-    of another option is refused as the config is composed, not ignored."""
-
-    name: ModelName = field(
-        default=ModelName.mlp, metadata=meaning("The network (the model= group sets it).")
-    )
-    replace: str | None = field(
-        default=None,
-        metadata=meaning(
-            "The dotted path of a Module class (torch.nn.ReLU): every instance of it in the "
-            "model becomes the configured activation, each its own."
-        ),
-    )
-
-
-def hidden_widths(default: list[int], what: str) -> Any:
-    """model.hidden's field: a list of ints (an int: one), `what` they are."""
-    # Any for OmegaConf, which takes no union of a number and a list: a list once normalized.
-    return field(
-        default_factory=lambda: list(default),
-        metadata=meaning(f"{what}, a list of ints (an int: one)."),
-    )
-
-
-@dataclass
-class MLPConfig(ModelConfig):
-    hidden: Any = hidden_widths([100], "The hidden layers' widths")
-    init: Init = field(default=Init.randn, metadata=meaning("How the weights start."))
-    bias: bool = field(
-        default=False,
-        metadata=meaning(
-            "A bias per layer (zeros at the start), trained with the weights; the article has none."
-        ),
-    )
-
-
-@dataclass
-class CNNConfig(ModelConfig):
-    name: ModelName = ModelName.cnn
-    hidden: Any = hidden_widths(
-        [16, 32], "The 3x3 convolutions' channels (stride 2 after the first)"
-    )
-
-
-@dataclass
-class ResNetConfig(ModelConfig):
-    name: ModelName = ModelName.resnet
-    depth: int = field(default=20, metadata=meaning("Its layers, 6n + 2 (20, 32, 44, 56, 110)."))
-    hidden: Any = hidden_widths([16, 32, 64], "Its three stages' widths")
-
-
-@dataclass
-class CustomModelConfig(ModelConfig):
-    name: ModelName = ModelName.custom
-    target: str | None = field(
-        default=None,
-        metadata=meaning(
-            "The dotted path of your factory, called with the keywords it names of "
-            "`activation` (a callable that makes a fresh activation Module: call it where the "
-            "activation goes), `d_in`, `d_out` and `input_shape`, returning an nn.Module."
-        ),
-    )
-
-
-# Each model option's schema (Hydra's schema-per-option pattern: hydra_glue stores them).
-MODEL_SCHEMAS: dict[ModelName, type[ModelConfig]] = {
-    ModelName.mlp: MLPConfig,
-    ModelName.cnn: CNNConfig,
-    ModelName.resnet: ResNetConfig,
-    ModelName.custom: CustomModelConfig,
-}
 
 
 @dataclass
@@ -390,7 +232,7 @@ class ScheduleConfig:
 @dataclass
 class Config:
     activation: ActivationConfig = field(default_factory=ActivationConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: DataConfig = field(default_factory=RandomDataConfig)
     model: ModelConfig = field(default_factory=MLPConfig)
     lr: float = field(default=1e-6, metadata=meaning("The learning rate."))
     steps: int = field(default=500, metadata=meaning("Training steps (one batch each)."))
@@ -491,13 +333,18 @@ def config_dict(config: Config) -> dict[str, Any]:
 
 
 def config_from_dict(values: dict[str, Any]) -> Config:
-    """The inverse of config_dict(), type-checked against the schema (its model option's)."""
+    """The inverse of config_dict(), type-checked against the schema (its options')."""
     schema = OmegaConf.structured(Config)
-    model = dict(values.get("model") or {})
-    option = MODEL_SCHEMAS[ModelName(model.get("name", ModelName.mlp))]
-    schema.model = option()
-    # A config written before each option had its schema holds every option's keys, the
-    # others' ignored then.
-    own = {schema_field.name for schema_field in fields(option)}
-    values = {**values, "model": {key: value for key, value in model.items() if key in own}}
+    values = dict(values)
+    for schema_field in fields(Config):
+        if schema_field.type not in OPTION_SCHEMAS:
+            continue
+        group, (names, schemas) = schema_field.name, OPTION_SCHEMAS[schema_field.type]
+        given = dict(values.get(group) or {})
+        option = schemas[names(given.get("name", getattr(schema, group).name))]
+        setattr(schema, group, option(name=names(given.get("name", option().name))))
+        # A config written before each option had its schema holds every option's keys, the
+        # others' ignored then.
+        own = {option_field.name for option_field in fields(option)}
+        values[group] = {key: value for key, value in given.items() if key in own}
     return OmegaConf.to_object(OmegaConf.merge(schema, values))

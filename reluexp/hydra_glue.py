@@ -28,7 +28,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
 from hydra_plugins.reluexp_launcher import launchers
-from reluexp.config import MODEL_SCHEMAS, Config, ModelConfig
+from reluexp.config import Config
+from reluexp.options import OPTION_SCHEMAS, DataConfig, ModelConfig
 from reluexp.sweeps.names import job_dir_name
 from reluexp.validation import OPEN_KEYS, TOP_GROUPS, close_match
 
@@ -37,8 +38,9 @@ from reluexp.validation import OPEN_KEYS, TOP_GROUPS, close_match
 CONFIG_MODULE = "reluexp.conf"
 CONFIG_PATH = f"pkg://{CONFIG_MODULE}"
 EXPERIMENTS_MODULE = "reluexp.experiments"
-# Where the model options' schemas are stored (not options a user picks).
-MODEL_SCHEMA_GROUP = "schema/model"
+# Where the options' schemas are stored, schema/model/NAME and schema/data/NAME (not options a
+# user picks).
+SCHEMA_GROUP = "schema"
 # Groups that no command line chooses: the schemas, and what a data option sets for a model
 # option (conf/data_model/, chosen by the two).
 UNCHOSEN_GROUPS = ("schema", "data_model")
@@ -97,12 +99,12 @@ def help_groups() -> str:
     )
 
 
-def key_meanings(model: type[ModelConfig] | None = None) -> dict[str, str]:
+def key_meanings(chosen: dict[str, type] | None = None) -> dict[str, str]:
     """Every key of the schema, dotted (`data.batch_size`), with its meaning (its field's
     metadata), and for a choice its options (its Enum's docstring): what --help prints, from
-    the one copy. The model's keys are `model`'s option schema's, or without one every
-    option's, each key once, its meaning prefixed with the options that have it where not all
-    do (`model=resnet: ...`)."""
+    the one copy. A group with a schema per option (model, data) has the keys of the option
+    `chosen` names for it, or else of every option, each key once, its meaning prefixed with
+    the options that have it where not all do (`model=resnet: ...`)."""
     meanings: dict[str, str] = {}
 
     def meaning_of(schema_field: Any) -> str:
@@ -115,19 +117,22 @@ def key_meanings(model: type[ModelConfig] | None = None) -> dict[str, str]:
     def walk(schema: type, prefix: str) -> None:
         for schema_field in fields(schema):
             kind, key = schema_field.type, prefix + schema_field.name
-            if kind is ModelConfig:
-                walk_models(key + ".")
+            if kind in OPTION_SCHEMAS:
+                walk_options(schema_field.name, kind, key + ".")
             elif is_dataclass(kind):
                 walk(kind, f"{key}.")
             else:
                 meanings[key] = meaning_of(schema_field)
 
-    def walk_models(prefix: str) -> None:
-        options = [model] if model is not None else list(MODEL_SCHEMAS.values())
+    def walk_options(group: str, base: type, prefix: str) -> None:
+        names, schemas = OPTION_SCHEMAS[base]
+        if chosen and group in chosen:
+            options = {chosen[group]().name.value: chosen[group]}
+        else:
+            options = {name.value: schemas[name] for name in names}
         by_key: dict[str, list[tuple[str, str]]] = {}
-        for option in options:
+        for option_name, option in options.items():
             for schema_field in fields(option):
-                option_name = option().name.value
                 by_key.setdefault(schema_field.name, []).append(
                     (option_name, meaning_of(schema_field))
                 )
@@ -136,7 +141,7 @@ def key_meanings(model: type[ModelConfig] | None = None) -> dict[str, str]:
                 meanings[prefix + name] = found[0][1]
             else:
                 meanings[prefix + name] = " ".join(
-                    f"model={option}: {text}" for option, text in found
+                    f"{group}={option}: {text}" for option, text in found
                 )
 
     walk(Config, "")
@@ -146,7 +151,8 @@ def key_meanings(model: type[ModelConfig] | None = None) -> dict[str, str]:
 def help_keys(_root_: DictConfig) -> str:
     """--help's keys: each as `key=value` with this command's value, then its meaning."""
     lines = []
-    for key, meaning in key_meanings(OmegaConf.get_type(_root_.model)).items():
+    chosen = {group: OmegaConf.get_type(_root_[group]) for group in ("model", "data")}
+    for key, meaning in key_meanings(chosen).items():
         value = OmegaConf.select(_root_, key)
         if isinstance(value, DictConfig | ListConfig):
             value = OmegaConf.to_container(value)
@@ -167,14 +173,21 @@ OmegaConf.register_new_resolver("help_keys", help_keys)
 launchers.register(Plugins.instance())
 
 # The schema: conf/config.yaml starts from it (every key's default is written once, there).
-# Its model is what every model option shares; each option's file (conf/model/NAME.yaml) starts
-# from the option's own schema (schema/model/NAME), so a key of another option is refused as
-# the config is composed (Hydra's schema-per-option pattern).
+# Its model and data are what every option of theirs shares; each option's file
+# (conf/model/NAME.yaml) starts from the option's own schema (schema/model/NAME), so a key of
+# another option is refused as the config is composed (Hydra's schema-per-option pattern).
 base_config = OmegaConf.structured(Config)
-base_config.model = ModelConfig()
+base_config.model, base_config.data = ModelConfig(), DataConfig()
 ConfigStore.instance().store(name="base_config", node=base_config)
-for option, schema in MODEL_SCHEMAS.items():
-    ConfigStore.instance().store(group=MODEL_SCHEMA_GROUP, name=option.value, node=schema)
+for schema_field in fields(Config):
+    if schema_field.type in OPTION_SCHEMAS:
+        names, schemas = OPTION_SCHEMAS[schema_field.type]
+        for option in names:
+            ConfigStore.instance().store(
+                group=f"{SCHEMA_GROUP}/{schema_field.name}",
+                name=option.value,
+                node=schemas[option](name=option),
+            )
 
 # Named studies live at the top level, outside conf/; each becomes an option of `experiment=`.
 # A user's own `experiment/NAME.yaml` on hydra.searchpath joins them through Hydra itself.
@@ -282,12 +295,15 @@ def one_line(error: BaseException) -> str:
     return line
 
 
-def model_options_with(key: str) -> list[str]:
-    """The model options whose schema has the key, as `model=NAME`."""
+def options_with(group: str, key: str) -> list[str]:
+    """The options of a group with a schema each (model, data) whose schema has the key, as
+    `model=NAME`."""
+    (base,) = [f.type for f in fields(Config) if f.name == group]
+    names, schemas = OPTION_SCHEMAS[base]
     return [
-        f"model={option.value}"
-        for option, schema in MODEL_SCHEMAS.items()
-        if key in {schema_field.name for schema_field in fields(schema)}
+        f"{group}={option.value}"
+        for option in names
+        if key in {schema_field.name for schema_field in fields(schemas[option])}
     ]
 
 
@@ -304,11 +320,12 @@ def unknown_key_line(error: BaseException | None, append: str) -> str | None:
     candidates = [str(k) for k in parent if k != "hydra"] + (list(TOP_GROUPS) if not prefix else [])
     match = close_match(key, candidates)
     line = f"{full_key}: no such key"
-    owners = model_options_with(key) if prefix == "model." else []
-    if prefix == "model.":  # each model option has its own keys
-        line += f" for model={OmegaConf.to_container(parent, enum_to_str=True)['name']}"
+    group = prefix.rstrip(".")
+    owners = options_with(group, key) if group in ("model", "data") else []
+    if group in ("model", "data"):  # each option has its own keys
+        line += f" for {group}={OmegaConf.to_container(parent, enum_to_str=True)['name']}"
     if owners:
-        line += f" (only {' and '.join(owners)} has it)"
+        line += f" (only {', '.join(owners)} {'has' if len(owners) == 1 else 'have'} it)"
     elif match:
         line += f"; did you mean {prefix}{match}?"
     if prefix.rstrip(".") in OPEN_KEYS:

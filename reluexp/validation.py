@@ -14,14 +14,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from reluexp.config import (
     Config,
     ConfigError,
-    DataName,
     Dtype,
-    ModelName,
     Optimizer,
     Precision,
     Schedule,
     normalize,
 )
+from reluexp.options import DataName, ModelName
 
 MAX_INT32 = 2**31 - 1
 
@@ -48,25 +47,19 @@ def validate(config: Config) -> None:
             list(domain),
             "expected [low, high] with low < high (inf for no bound)",
         )
-    for key in ("n", "d_in", "d_out"):
-        value = getattr(config.data, key)
-        _require(value >= 1, f"data.{key}", value, "must be >= 1")
     data = config.data
+    if data.name == DataName.random:
+        for key in ("n", "d_in", "d_out"):
+            value = getattr(data, key)
+            _require(value >= 1, f"data.{key}", value, "must be >= 1")
     if data.name == DataName.file:
         _require(data.path is not None, "data.path", None, "required with data=file: a .npz or .pt")
     if data.name == DataName.callable:
         _require(data.loader is not None, "data.loader", None, "required: pkg.module.function")
-    _require(
-        not (data.augment and data.name == DataName.random),
-        "data.augment",
-        True,
-        "crops and flips images: data=random has none (data=cifar10, digits, or yours)",
-    )
     if data.batch_size is not None:
         _require(data.batch_size >= 1, "data.batch_size", data.batch_size, "must be >= 1 (or null)")
-    _require(
-        0 < data.val_fraction < 1, "data.val_fraction", data.val_fraction, "must be between 0 and 1"
-    )
+    fraction = getattr(data, "val_fraction", 0.5)  # CIFAR brings its validation split
+    _require(0 < fraction < 1, "data.val_fraction", fraction, "must be between 0 and 1")
     _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")
     for width in getattr(config.model, "hidden", []):  # model=custom has none
         _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")

@@ -1,5 +1,6 @@
 """Config composition, in-process: every YAML composes into the typed schema."""
 
+import itertools
 import json
 import math
 from dataclasses import asdict
@@ -10,9 +11,10 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from reluexp import hydra_glue
-from reluexp.config import Config, ConfigError, Dtype, ModelName, config_dict
+from reluexp.config import Config, ConfigError, Dtype, config_dict
 from reluexp.functions.targets import resolve_activation
 from reluexp.hydra_glue import key_meanings
+from reluexp.options import DataName, ModelName
 from reluexp.validation import task_config, validate
 from tests.helpers import EXPERIMENTS, SHIPPED_ACTIVATIONS
 
@@ -77,7 +79,7 @@ def test_overrides_are_typed(composed):
     ("override", "message"),
     [
         ("stepz=3", "Key 'stepz' not in 'Config'"),
-        ("data.width=3", "Key 'width' not in 'DataConfig'"),
+        ("data.width=3", "Key 'width' not in 'RandomDataConfig'"),
         ("lr=fast", "Value 'fast' of type 'str' could not be converted to Float"),
         ("dtype=float16", "Invalid value 'float16', expected one of [float32, float64]"),
         ("activation=nope", "Could not find 'activation/nope'"),
@@ -182,9 +184,10 @@ def test_every_key_has_a_meaning_for_help():
         return found
 
     every_option = set()
-    for option in ModelName:
-        config = Config(model=option.value)
-        assert list(key_meanings(type(config.model))) == keys(config_dict(config))
+    for model, data in itertools.zip_longest(ModelName, DataName, fillvalue=None):
+        config = Config(model=(model or ModelName.mlp).value, data=(data or DataName.random).value)
+        chosen = {"model": type(config.model), "data": type(config.data)}
+        assert list(key_meanings(chosen)) == keys(config_dict(config))
         every_option |= set(keys(config_dict(config)))
     assert set(meanings) == every_option
     assert all(meanings.values()), [key for key, meaning in meanings.items() if not meaning]
@@ -207,11 +210,13 @@ def test_help_has_the_deeper_example():
 
 
 def test_help_says_which_key_each_data_source_takes():
-    """33.4: --help's data.path names data=file only; data=callable takes data.loader."""
+    """33.4: --help's data.path names data=file only; data=callable takes data.loader (and
+    61.5: each data option has its own keys, said with the options that have them)."""
     meanings = key_meanings()
-    assert meanings["data.path"].startswith("data=file: the path of a .npz or .pt")
-    assert "data=callable takes data.loader instead" in meanings["data.path"]
-    assert meanings["data.loader"].startswith("data=callable: the dotted path of a function")
+    assert meanings["data.path"].startswith("data=file: The path of a .npz or .pt")
+    assert meanings["data.loader"].startswith("data=callable: The dotted path of a function")
+    assert meanings["data.root"].startswith("data=cifar10: The folder holding")
+    assert meanings["data.n"].startswith("data=random: Examples")
 
 
 def test_a_c_builtins_unknown_param_is_refused_before_the_run():

@@ -9,8 +9,9 @@ import numpy
 import pytest
 import torch
 
-from reluexp.config import Config, ConfigError, DataName
+from reluexp.config import Config, ConfigError
 from reluexp.hydra_glue import compose_config
+from reluexp.options import DataName
 from reluexp.record import progress
 from reluexp.record.events import read_scalars
 from reluexp.run import runner

@@ -12,8 +12,9 @@ import time
 import pytest
 import torch
 
-from reluexp.config import Config, ConfigError, Init
+from reluexp.config import Config, ConfigError
 from reluexp.lab import Status, check_function, command
+from reluexp.options import Init
 from tests import corpus
 from tests.helpers import REPO_ROOT
 from tests.test_lab import finding, run_check, statuses

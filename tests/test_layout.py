@@ -70,6 +70,7 @@ def test_the_package_is_made_of_sub_packages_that_name_its_parts():
         "cli.py",
         "config.py",
         "hydra_glue.py",
+        "options.py",
         "preflight.py",
         "report.py",
         "validation.py",
@@ -118,7 +119,13 @@ LAYERS_BELOW = {
     "reluexp.sweeps": HYDRA_FACING,
 }
 # What every layer may import: the schema and its checks, and dependencies' non-public names.
-SHARED = {"reluexp", "reluexp.config", "reluexp.validation", "reluexp._compat"}
+SHARED = {
+    "reluexp",
+    "reluexp.config",
+    "reluexp.options",
+    "reluexp.validation",
+    "reluexp._compat",
+}
 
 
 @pytest.mark.parametrize("layer", LAYERS_BELOW)

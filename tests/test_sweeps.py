@@ -16,8 +16,9 @@ import psutil
 import pytest
 import torch
 
-from reluexp.config import Config, DataConfig
+from reluexp.config import Config
 from reluexp.hydra_glue import compose_config
+from reluexp.options import FileDataConfig
 from reluexp.record.events import read_scalars
 from reluexp.record.summary import RunSummary
 from reluexp.run.data import read_data
@@ -121,7 +122,7 @@ def test_a_sweep_reads_its_data_once_for_its_pre_flight_and_every_job(tmp_path):
 def test_data_read_again_is_a_copy_and_an_edited_file_is_read_anew(tmp_path):
     path = tmp_path / "data.pt"
     torch.save({"x": torch.ones(20, 3), "y": torch.zeros(20, 1)}, path)
-    config = Config(data=DataConfig(name="file", path=str(path)))
+    config = Config(data=FileDataConfig(path=str(path)))
     first, second = read_data(config), read_data(config)
     assert torch.equal(first[0], second[0]) and first[0] is not second[0]
     first[0].zero_()  # a model that writes into its inputs changes no later run's

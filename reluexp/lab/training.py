@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, Dtype, Init, MLPConfig
+from reluexp.config import Config, Dtype
 from reluexp.functions.targets import ActivationFactory, layers_of
 from reluexp.lab.calls import UserError, autograd_message, raised
 from reluexp.lab.cases import Kink
@@ -23,6 +23,7 @@ from reluexp.lab.oracle import Oracle, OracleKind
 from reluexp.lab.preactivations import DomainWatch, preactivations
 from reluexp.lab.shape import Domain
 from reluexp.lab.subject import Subject, TargetKind
+from reluexp.options import Init, MLPConfig
 from reluexp.run import runner
 
 # A wrong backward parts the float64 pair at the first update; more steps decide no better.

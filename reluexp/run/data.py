@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, ConfigError, DataConfig, DataName
+from reluexp.config import Config, ConfigError
+from reluexp.options import DataName
 from reluexp.run.cifar import CIFAR10, CIFAR100, read_cifar
 
 # More classes than this is a mistake in the labels, not a dataset (a label of 1e12 would ask
@@ -84,7 +85,11 @@ def read_data(config: Config) -> list[torch.Tensor] | None:
     data = config.data
     if data.name == DataName.random:
         return None
-    arrays = read_source(data.name, data.root, data.path, data.loader, files_stamp(data))
+    # CIFAR's root, a file's path or a loader's dotted path (the digits ship in a package).
+    source = next(
+        (getattr(data, key) for key in ("root", "path", "loader") if hasattr(data, key)), None
+    )
+    arrays = read_source(data.name, source, files_stamp(source))
     arrays = [array.clone() for array in arrays]  # a model may write into its inputs
     check_split(arrays, config)
     if data.augment and arrays[0].dim() != 4:
@@ -95,9 +100,9 @@ def read_data(config: Config) -> list[torch.Tensor] | None:
     return arrays
 
 
-def files_stamp(data: DataConfig) -> tuple:
-    """When and how large the files a data source reads are: an edited file is read again."""
-    where = data.path if data.name == DataName.file else data.root
+def files_stamp(where: str | None) -> tuple:
+    """When and how large the files at a data source's root or path are (a loader's dotted
+    path names none): an edited file is read again."""
     if where is None or not Path(where).exists():
         return ()
     files = sorted(Path(where).rglob("*")) if Path(where).is_dir() else [Path(where)]
@@ -105,34 +110,30 @@ def files_stamp(data: DataConfig) -> tuple:
 
 
 @functools.lru_cache(maxsize=1)
-def read_source(
-    name: DataName, root: str | None, path: str | None, loader: str | None, stamp: tuple
-) -> tuple[torch.Tensor, ...]:
-    """The arrays of one data source, read and checked, kept for the next read of the same
-    source while its files are as they were (`stamp`; the last source only: CIFAR-10 is
-    180 MB)."""
-    data = DataConfig(name=name, root=root, path=path, loader=loader)
-    if data.name == DataName.digits:
+def read_source(name: DataName, source: str | None, stamp: tuple) -> tuple[torch.Tensor, ...]:
+    """The arrays of one data source (its option, and its root, path or loader), read and
+    checked, kept for the next read of the same source while its files are as they were
+    (`stamp`; the last source only: CIFAR-10 is 180 MB)."""
+    if name == DataName.digits:
         arrays = digits()
-    elif data.name in (DataName.cifar10, DataName.cifar100):
-        layout = CIFAR10 if data.name == DataName.cifar10 else CIFAR100
-        arrays = read_cifar(data.root, layout)
-    elif data.name == DataName.file:
-        arrays = read_file(Path(data.path))
+    elif name in (DataName.cifar10, DataName.cifar100):
+        arrays = read_cifar(source, CIFAR10 if name == DataName.cifar10 else CIFAR100)
+    elif name == DataName.file:
+        arrays = read_file(Path(source))
     else:
         from reluexp.functions.targets import import_object, raised_at
 
-        loader = import_object(data.loader, "data.loader")
+        loader = import_object(source, "data.loader")
         try:
             arrays = loader()
         except Exception as error:
-            raise ConfigError(f"data.loader={data.loader}: {raised_at(error)}") from None
+            raise ConfigError(f"data.loader={source}: {raised_at(error)}") from None
         if not isinstance(arrays, tuple | list) or len(arrays) not in (2, 4):
             raise ConfigError(
-                f"data.loader={data.loader}: returned {type(arrays).__name__}; expected "
+                f"data.loader={source}: returned {type(arrays).__name__}; expected "
                 "(x, y) or (x, y, x_val, y_val)"
             )
-    return tuple(check_arrays(list(arrays), f"data={data.name.value}"))
+    return tuple(check_arrays(list(arrays), f"data={name.value}"))
 
 
 def check_split(arrays: list[torch.Tensor], config: Config) -> None:
@@ -165,7 +166,8 @@ def load_data(
     data = config.data
     if arrays is None:
         return Dataset(*make_data(data.n, data.d_in, data.d_out, generator))
-    return dataset(arrays, data.val_fraction, generator)
+    # CIFAR brings its validation split (its test split): no fraction to hold out.
+    return dataset(arrays, getattr(data, "val_fraction", None), generator)
 
 
 def digits() -> tuple[Any, Any]:
@@ -287,7 +289,9 @@ def data_sizes(arrays: list[torch.Tensor]) -> tuple[int, int, int]:
     return examples, d_in, int(torch.cat([t.reshape(-1) for t in arrays[1::2]]).max()) + 1
 
 
-def dataset(arrays: list[torch.Tensor], val_fraction: float, generator: torch.Generator) -> Dataset:
+def dataset(
+    arrays: list[torch.Tensor], val_fraction: float | None, generator: torch.Generator
+) -> Dataset:
     """A Dataset from check_arrays' tensors: classification when the targets are integers
     (class indices), regression otherwise; a held-out split of val_fraction when none was
     given; uint8 inputs kept as pixels (Dataset.inputs), others as float32."""

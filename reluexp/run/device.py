@@ -3,7 +3,8 @@
 import psutil
 import torch
 
-from reluexp.config import Config, ConfigError, ModelName
+from reluexp.config import Config, ConfigError
+from reluexp.options import ModelName
 from reluexp.run.model import Built
 from reluexp.run.resnet import resnet_sizes
 

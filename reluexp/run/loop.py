@@ -102,7 +102,8 @@ def train_loop(training: Training) -> None:
     loss_of = objective(config, data)
     # compile=true: forward and loss, and through AOTAutograd their backward, as compiled kernels.
     compute_loss = torch.compile(loss_of) if config.compile else loss_of
-    batches = Batches(data, config.data.batch_size, config.seed, config.data.augment)
+    augment = getattr(config.data, "augment", False)  # data=random has no images
+    batches = Batches(data, config.data.batch_size, config.seed, augment)
     model, capture = state.model, state.capture
     while state.step < config.steps and not training.stopped and training.stop_signal is None:
         step = state.step

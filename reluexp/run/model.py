@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Generator, nn
 
-from reluexp.config import Config, ConfigError, ModelName
+from reluexp.config import Config, ConfigError
 from reluexp.functions.targets import (
     ActivationFactory,
     import_object,
@@ -22,6 +22,7 @@ from reluexp.functions.targets import (
     keywords_in,
     raised_at,
 )
+from reluexp.options import ModelName
 from reluexp.record.metrics import units_of
 from reluexp.run.cnn import CNN
 from reluexp.run.mlp import MLP, init_weights

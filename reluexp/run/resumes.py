@@ -11,8 +11,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp.config import Config, ConfigError, DataName, ModelName, config_from_dict
+from reluexp.config import Config, ConfigError, config_from_dict
 from reluexp.functions.targets import is_own
+from reluexp.options import DataName, ModelName
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
 from reluexp.run.checkpoint import load_checkpoint
 
@@ -39,7 +40,7 @@ def stored_value(stored: DictConfig, key: str) -> Any:
 
 # The groups whose option a resume command may name (the option's keys compose only under
 # it: `model=custom model.target=...`), which must be the run's own.
-OPTION_SCHEMAS = ("model",)
+OPTION_GROUPS = ("model", "data")
 # What `resume=DIR key=path` may name to confirm a stored dotted path (imported_paths).
 CONFIRMABLE = (
     "activation.target",
@@ -82,7 +83,7 @@ def plan_resume(
     changed = [
         f"{key}={value}"
         for key, value in named.items()
-        if not (key in CONFIRMABLE or key in OPTION_SCHEMAS) or stored_value(stored, key) != value
+        if not (key in CONFIRMABLE or key in OPTION_GROUPS) or stored_value(stored, key) != value
     ]
     if changed:
         raise ConfigError(f"{where}: a resumed run keeps its own config; drop {' '.join(changed)}")
@@ -98,9 +99,10 @@ def plan_resume(
         for key, path in imported_paths(config).items()
         if not is_own(path) and f"{key}={path}" not in confirmations
     ]
-    # A key of one model option is said after its option (the command line composes it).
-    if any(said.startswith("model.target=") for said in unconfirmed):
-        unconfirmed.insert(0, f"model={config.model.name.value}")
+    # A key of one option is said after its option (the command line composes it there).
+    for key, option in (("data.loader", config.data.name), ("model.target", config.model.name)):
+        if any(said.startswith(f"{key}=") for said in unconfirmed):
+            unconfirmed.insert(0, f"{key.partition('.')[0]}={option.value}")
     if unconfirmed:
         raise ConfigError(
             f"{where}: its config names {' '.join(unconfirmed)}, which is not reluexp's or "

@@ -35,8 +35,9 @@ def finish_command(sweep_dir: Path) -> str | None:
 def paired_command(sweep_dir: Path, targets: list[str]) -> str | None:
     """The sweep's command training each of `targets` (its own activation targets and the
     references they lack) as activation.target: the report pairs each custom job with its
-    reference's job of the same seed. None without a readable multirun.yaml."""
-    if not (sweep_dir / "multirun.yaml").is_file():
+    reference's job of the same seed. None without a readable multirun.yaml (or for a sweeper
+    that chose its jobs as it went)."""
+    if not isinstance(planned_jobs(sweep_dir), list):
         return None
     task = OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides.task
     kept = [a for a in task if not a.startswith("activation.target=")]
