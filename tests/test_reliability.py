@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+import reluexp
 from reluexp.config import Config, ConfigError, config_from_dict
 from reluexp.record.metrics import squared_norm
 from reluexp.run import loop, runner
@@ -403,6 +404,10 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
     assert "weights_only" not in str(refused.value)
 
 
+# What the checkpoints this code writes say wrote them.
+VERSION = f"reluexp {reluexp.__version__}"
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -438,10 +443,10 @@ def test_checkpoint_with_code_is_refused_and_nothing_runs(tmp_path):
             {"scale": 1024.0},
             "'s scaler is not the gradient scaler's state precision=fp16 keeps (none else)",
         ),
-        (["format"], 1, " was written by reluexp 0.3.0 (format 1); reluexp 0.3.0 reads format 7"),
+        (["format"], 1, f" was written by {VERSION} (format 1); {VERSION} reads format 7"),
         # A format is a whole number: 6.0 is none a release wrote (it was taken as 6).
-        (["format"], 6.0, " was written by reluexp 0.3.0 (format 6.0); reluexp 0.3.0 reads"),
-        (["format"], 8, " was written by reluexp 0.3.0 (format 8); reluexp 0.3.0 reads format 7"),
+        (["format"], 6.0, f" was written by {VERSION} (format 6.0); {VERSION} reads"),
+        (["format"], 8, f" was written by {VERSION} (format 8); {VERSION} reads format 7"),
     ],
 )
 def test_a_checkpoint_that_makes_no_sense_is_refused_before_training(
