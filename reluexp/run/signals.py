@@ -48,8 +48,8 @@ class StopOwner:
     """The process's one owner of the stops' handlers: each signal goes to the phase on top of
     its stack that takes it (PHASES says what a stop means in each), and a handler is in place
     exactly while some phase takes its signal; with none, the handler that was there before
-    (Python's, or an in-process caller's). A phase's handler only records, signals or raises:
-    anything slow happens where the code it interrupts ends."""
+    (Python's, or an in-process caller's). A phase's handler records, signals or raises; the
+    one that waits is a parallel sweep's, for its workers' checkpoints (SweepStop says why)."""
 
     def __init__(self) -> None:
         self.phases: list[Any] = []
@@ -104,8 +104,9 @@ PHASES = {
     "at once where it runs code that may not return (raising()); one line, 128 + the signal",
     "training (StopSignals)": "the run stops at the next step boundary, checkpointed; a second "
     "stop ends the process at once (a joblib worker's waits for its sweep)",
-    "a sweep outside training (sweeps.workers.SweepStop)": "the workers are signalled; the "
-    "sweep ends where the launcher waits or at its next check: its summary, 128 + the signal",
+    "a sweep outside training (sweeps.workers.SweepStop)": "a parallel sweep's workers are "
+    "signalled and waited for; the sweep ends where the launcher waits or at its next check: "
+    "its summary, 128 + the signal",
     "exiting (Interrupts.hold)": "nothing changes; a second stop ends the process at once",
 }
 OWNER = StopOwner()

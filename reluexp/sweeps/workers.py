@@ -90,19 +90,16 @@ def wait_for_workers(
     psutil.wait_procs(workers, timeout=timeout)
 
 
-class SweepStopped(Exception):
-    """Raised by SweepStop's handler where the launcher waits on its jobs: the sweep ends
-    there, outside the handler (SweepStop.waiting)."""
-
-
 class SweepStop:
     """SIGINT/SIGTERM to a sweep's own process outside a job's training (which stops at a step
     boundary): the sweep ends, `end_sweep` says so (the summary) and the process exits with 128
     + the signal. At once while the launcher waits on its jobs (`waiting()`); elsewhere (Hydra
     composing the next job, the report being written) at the sweep's next `check()`, as
     signals.Interrupts says why. A parallel sweep first passes the signal on to its workers,
-    each job stopping at a step boundary (checkpoint, `interrupted`), waits for them as it ends,
-    and ignores the stop's other copies (a terminal's Ctrl-C reaches it and its workers alike);
+    each job stopping at a step boundary (checkpoint, `interrupted`), and waits for them in the
+    handler itself: joblib aborts its pool, killing the workers, on any exception out of its
+    wait, so their jobs must have recorded before the sweep's end is raised there. It ignores
+    the stop's other copies (a terminal's Ctrl-C reaches it and its workers alike);
     otherwise a second signal ends the process at once. A phase of signals.OWNER from its start
     to the command's end (cli.main's OWNER.scope())."""
 
@@ -112,7 +109,6 @@ class SweepStop:
         self.sweep_dir, self.end_sweep, self.parallel = sweep_dir, end_sweep, parallel
         self.signum: int | None = None
         self.waits = False
-        self.workers: list[psutil.Process] = []
         OWNER.push(self)
 
     def handle(self, signum: int, frame: Any) -> None:
@@ -128,14 +124,12 @@ class SweepStop:
             os._exit(128 + signum)
         self.signum = signum
         if self.parallel:
-            self.workers = signal_workers(signum)
+            wait_for_workers(signal_workers(signum), self.sweep_dir)
         if self.waits:
-            raise SweepStopped
+            self.end()
 
     def end(self) -> None:
         self.waits = False
-        if self.parallel:
-            wait_for_workers(self.workers, self.sweep_dir)
         self.end_sweep()
         # Raised where the launcher waits: Hydra and joblib unwind, joblib releasing its
         # executor's semaphores and memmapping folders (an os._exit here left them to loky's
@@ -154,8 +148,6 @@ class SweepStop:
         self.waits = True
         try:
             yield
-        except SweepStopped:
-            self.end()
         finally:
             self.waits = False
 
