@@ -324,6 +324,10 @@ class Config:
         return step % self.print_every == self.print_every - 1
 
 
+# The Config's groups whose options have a schema each, by name, with the base they share.
+OPTION_GROUPS = {f.name: f.type for f in fields(Config) if f.type in OPTION_SCHEMAS}
+
+
 def config_dict(config: Config) -> dict[str, Any]:
     """The config as plain JSON-ready values."""
     return asdict(
@@ -336,13 +340,12 @@ def config_from_dict(values: dict[str, Any]) -> Config:
     """The inverse of config_dict(), type-checked against the schema (its options')."""
     schema = OmegaConf.structured(Config)
     values = dict(values)
-    for schema_field in fields(Config):
-        if schema_field.type not in OPTION_SCHEMAS:
-            continue
-        group, (names, schemas) = schema_field.name, OPTION_SCHEMAS[schema_field.type]
+    for group, base in OPTION_GROUPS.items():
+        names, schemas = OPTION_SCHEMAS[base]
         given = dict(values.get(group) or {})
-        option = schemas[names(given.get("name", getattr(schema, group).name))]
-        setattr(schema, group, option(name=names(given.get("name", option().name))))
+        name = names(given.get("name", getattr(schema, group).name))
+        option = schemas[name]
+        setattr(schema, group, option(name=name))
         # A config written before each option had its schema holds every option's keys, the
         # others' ignored then.
         own = {option_field.name for option_field in fields(option)}

@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
 from hydra_plugins.reluexp_launcher import launchers
-from reluexp.config import Config
+from reluexp.config import OPTION_GROUPS, Config
 from reluexp.options import OPTION_SCHEMAS, DataConfig, ModelConfig
 from reluexp.sweeps.names import job_dir_name
 from reluexp.validation import OPEN_KEYS, TOP_GROUPS, close_match
@@ -151,7 +151,7 @@ def key_meanings(chosen: dict[str, type] | None = None) -> dict[str, str]:
 def help_keys(_root_: DictConfig) -> str:
     """--help's keys: each as `key=value` with this command's value, then its meaning."""
     lines = []
-    chosen = {group: OmegaConf.get_type(_root_[group]) for group in ("model", "data")}
+    chosen = {group: OmegaConf.get_type(_root_[group]) for group in OPTION_GROUPS}
     for key, meaning in key_meanings(chosen).items():
         value = OmegaConf.select(_root_, key)
         if isinstance(value, DictConfig | ListConfig):
@@ -298,8 +298,7 @@ def one_line(error: BaseException) -> str:
 def options_with(group: str, key: str) -> list[str]:
     """The options of a group with a schema each (model, data) whose schema has the key, as
     `model=NAME`."""
-    (base,) = [f.type for f in fields(Config) if f.name == group]
-    names, schemas = OPTION_SCHEMAS[base]
+    names, schemas = OPTION_SCHEMAS[OPTION_GROUPS[group]]
     return [
         f"{group}={option.value}"
         for option in names
@@ -321,8 +320,8 @@ def unknown_key_line(error: BaseException | None, append: str) -> str | None:
     match = close_match(key, candidates)
     line = f"{full_key}: no such key"
     group = prefix.rstrip(".")
-    owners = options_with(group, key) if group in ("model", "data") else []
-    if group in ("model", "data"):  # each option has its own keys
+    owners = options_with(group, key) if group in OPTION_GROUPS else []
+    if group in OPTION_GROUPS:  # each option has its own keys
         line += f" for {group}={OmegaConf.to_container(parent, enum_to_str=True)['name']}"
     if owners:
         line += f" (only {', '.join(owners)} {'has' if len(owners) == 1 else 'have'} it)"

@@ -392,7 +392,7 @@ def training_checks(context: Context) -> list[Check]:
         facts = {"float64 twin": twin_facts, "float32 reference": reference_facts}
         reached = preactivations(config, function64 and function64.result.state)
         caveats = []
-        if deciding.detail.startswith(BOTH_DIVERGE):
+        if "settings_that_train" in twin_facts:  # both runs diverged: parity was not judged
             gentler = twin_facts["settings_that_train"]
             trains = f"; {gentler} trains it" if gentler else ""
             caveats.append(f"training parity did not run ({BOTH_DIVERGE}{trains})")

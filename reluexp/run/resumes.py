@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp.config import Config, ConfigError, config_from_dict
+from reluexp.config import OPTION_GROUPS, Config, ConfigError, config_from_dict
 from reluexp.functions.targets import is_own
 from reluexp.options import DataName, ModelName
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
@@ -38,9 +38,6 @@ def stored_value(stored: DictConfig, key: str) -> Any:
     return value.get("name") if isinstance(value, DictConfig) else value
 
 
-# The groups whose option a resume command may name (the option's keys compose only under
-# it: `model=custom model.target=...`), which must be the run's own.
-OPTION_GROUPS = ("model", "data")
 # What `resume=DIR key=path` may name to confirm a stored dotted path (imported_paths).
 CONFIRMABLE = (
     "activation.target",
@@ -83,6 +80,8 @@ def plan_resume(
     changed = [
         f"{key}={value}"
         for key, value in named.items()
+        # A group's option may be named (its keys compose only under it: `model=custom
+        # model.target=...`); it must be the run's own.
         if not (key in CONFIRMABLE or key in OPTION_GROUPS) or stored_value(stored, key) != value
     ]
     if changed:
