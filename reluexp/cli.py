@@ -136,7 +136,7 @@ class Lifecycle(Callback):
             summary = resumed.summary
             print(
                 f"reluexp: {config.resume} already {summary.status} after "
-                f"{summary.steps_done} steps, {final_loss_text(summary)}; nothing to resume",
+                f"{summary.steps_done} steps, {summary.outcome_text}; nothing to resume",
                 file=sys.stderr,
             )
             sys.exit(0)
@@ -193,7 +193,9 @@ class Lifecycle(Callback):
         stop, workers.current_stop = workers.current_stop, None
         if stop is not None:
             stop.check()
-        jobs = write_sweep_summary(Path(config.hydra.sweep.dir))
+        from reluexp.lab.pipeline import check_activation  # the lab, at a sweep's end only
+
+        jobs = write_sweep_summary(Path(config.hydra.sweep.dir), check_activation)
         if stop is not None and stop.signum is not None:
             sys.exit(128 + stop.signum)
         if any(job.summary.status in ("failed", "not started", "unreadable") for job in jobs):
@@ -245,29 +247,6 @@ def say_closing(line: str) -> None:
     file_log.info(line)
 
 
-def final_loss_text(summary: RunSummary) -> str:
-    """`final loss 639.53...`, or why there is none (summary.json holds null for NaN/inf), and
-    a classifier's held-out accuracy (what it was trained for)."""
-    text = (
-        "no finite final loss"
-        if summary.final_loss is None
-        else f"final loss {summary.final_loss!r}"
-    )
-    return text + accuracy_text(summary)
-
-
-def accuracy_text(summary: RunSummary) -> str:
-    """`, validation accuracy 95.00% (best 95.83% at step 280)`, or '' without a validation
-    split."""
-    if summary.val_accuracy is None:
-        return ""
-    text = f", validation accuracy {summary.val_accuracy:.1%}"
-    best = summary.best_val_accuracy
-    if best is not None and best > summary.val_accuracy:
-        text += f" (best {best:.1%} at step {summary.best_val_accuracy_step})"
-    return text
-
-
 def launch_dir() -> Path:
     """Where the command was launched, which its closing line's paths are relative to: with
     hydra.job.chdir=true the process works in the run's directory."""
@@ -298,7 +277,7 @@ def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
         log_file = shown_path(run_dir / "reluexp.log", launched_from)
         line += f": {summary.error}. Run dir: {shown} (traceback in {log_file})."
     else:
-        line += f", {final_loss_text(summary)}. Run dir: {shown}."
+        line += f", {summary.outcome_text}. Run dir: {shown}."
     if summary.warnings:
         line += f" Warnings: {'; '.join(summary.warnings)}."
     if summary.status == "interrupted":

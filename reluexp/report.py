@@ -11,9 +11,10 @@ def run() -> int:
     interrupts = Interrupts("reluexp.report: interrupted")
     try:
         with interrupts, interrupts.raising():
+            from reluexp.lab.pipeline import check_activation
             from reluexp.sweeps.report.command import main
 
-            return main()
+            return main(check=check_activation)
     except KeyboardInterrupt:
         print(
             "reluexp.report: interrupted; each report file is as it was or as this report "

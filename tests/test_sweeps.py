@@ -214,9 +214,15 @@ def test_failures_are_results_and_the_sweep_exits_nonzero(tmp_path):
     # 62.9: each failure said once, on its job line (a `job failed:` line said it before).
     assert sum("planted failure in the backward" in line for line in lines) == 2
     shown = sweep_dir.relative_to(tmp_path)
-    assert lines[-1] == (
-        f"reluexp: sweep ended, 4 jobs: completed 1, diverged 1, failed 2. Sweep dir: {shown} "
-        f"(summary.md, summary.csv, loss_curves.png). Dashboard: tensorboard --logdir {shown}"
+    # 62.4: the lab's verdict on the Function whose backward raises closes the line.
+    assert re.fullmatch(
+        re.escape(
+            f"reluexp: sweep ended, 4 jobs: completed 1, diverged 1, failed 2. Sweep dir: "
+            f"{shown} (summary.md, summary.csv, loss_curves.png). Dashboard: tensorboard "
+            f"--logdir {shown}. The lab finds Raises WRONG (lab/Raises-"
+        )
+        + r"[0-9a-f]{8}/check\.md\)",
+        lines[-1],
     )
     # Loss lines on stdout carry their job's label: the completed job's step 99.
     assert re.fullmatch(r"\[1/4\] 99 \S+\n", result.stdout)
@@ -384,6 +390,82 @@ def test_a_report_says_how_many_runs_its_losses_aggregate(tmp_path):
     assert "Losses aggregate the 4 completed runs with a finite final loss (left out: 4 " in text
     assert "(over 2 of 4 completed jobs)" in text
     assert "(left out: seed 2, 3: no finite final loss)" in text
+
+
+class DoubledBackwardRelu(torch.autograd.Function):
+    """The seed's ReLU whose backward passes twice the gradient: trains like the built-in at a
+    smaller lr, and is WRONG."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return 2 * grad_output * (x >= 0)
+
+
+def test_each_custom_groups_row_carries_the_labs_verdict_checked_once_per_function(tmp_path):
+    """62.4: a Function whose backward is wrong and a right one both read `no difference
+    detected` in the report; the lab's verdict was nowhere in it."""
+    jobs = {}
+    targets = {"right": "reluexp.functions.MyReLU", "wrong": f"{__name__}.DoubledBackwardRelu"}
+    for lr in (1e-5, 2e-5):
+        for name, target in targets.items():
+            config = small_config(steps=3, lr=lr)
+            config.activation.name, config.activation.target = name, target
+            jobs[f"activation={name} lr={lr}"] = config
+    fake_sweep(tmp_path, jobs)
+    from reluexp.lab.pipeline import check_activation
+
+    checked = []
+
+    def counted(function, directory):
+        checked.append(function["target"])
+        check_activation(function, directory)
+
+    written = write_report(tmp_path, counted)
+    assert sorted(checked) == sorted(targets.values())  # once per Function, not per group
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    wrong_report = rows["activation=wrong lr=1e-05"]["lab_report"]
+    assert wrong_report.startswith("lab/DoubledBackwardRelu-")
+    assert json.loads((tmp_path / wrong_report).with_name("check.json").read_text())["verdict"] == (
+        "wrong"
+    )
+    for lr in ("1e-05", "2e-05"):
+        assert rows[f"activation=wrong lr={lr}"]["lab_verdict"] == "WRONG"
+        assert rows[f"activation=right lr={lr}"]["lab_verdict"] == "gradients correct"
+    text = (tmp_path / "summary.md").read_text()
+    assert f"| WRONG: {wrong_report} |" in text and "| gradients correct |" in text
+    assert f"The lab finds DoubledBackwardRelu WRONG ({wrong_report}): read its report" in text
+    assert written.not_correct == [f"DoubledBackwardRelu WRONG ({wrong_report})"]
+    assert f"The lab finds DoubledBackwardRelu WRONG ({wrong_report})" in closing_line(
+        tmp_path, written
+    )
+    # A later report reads the verdicts back (no check passed in, none run).
+    checked.clear()
+    write_report(tmp_path)
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    assert rows["activation=wrong lr=2e-05"]["lab_verdict"] == "WRONG" and not checked
+
+
+def test_a_function_the_lab_cannot_take_is_said_not_checked_in_its_row(tmp_path):
+    builtin = small_config(steps=2)
+    builtin.activation.name, builtin.activation.target = "relu", "torch.relu"
+    fake_sweep(tmp_path, {"activation=myrelu": small_config(steps=2), "activation=relu": builtin})
+    summary_path = next(tmp_path.glob("000_*")) / "summary.json"
+    record = json.loads(summary_path.read_text())
+    record["config"]["activation"]["target"] = "nowhere.Gone"
+    summary_path.write_text(json.dumps(record))
+    from reluexp.lab.pipeline import check_activation
+
+    write_report(tmp_path, check_activation)
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    assert rows["activation=myrelu"]["lab_verdict"].startswith("not checked: ")
+    assert "nowhere" in rows["activation=myrelu"]["lab_verdict"]
+    assert rows["activation=relu"]["lab_verdict"] == ""
 
 
 def test_slurm_preset_composes():

@@ -101,6 +101,24 @@ def test_hparams_land_in_the_same_run(default_run, seed_steps):
     assert not [p for p in run_dir.iterdir() if p.is_dir()]  # no sub-run
 
 
+def test_a_sweep_jobs_hparams_trial_is_named_by_what_tells_it_from_the_others(tmp_path):
+    """62.9: the HParams tab's Trial ID column cuts a long run name, so a sweep's jobs read
+    alike but for their number (`multirun/2026-.../000_activation=custom,activation.refe...`)."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    def trial(run_dir, overrides, varying):
+        runner.run(Config(device="cpu", steps=2), run_dir, overrides, varying=varying)
+        start = tensorboard(run_dir).PluginTagToContent("hparams")["_hparams_/session_start_info"]
+        return plugin_data_pb2.HParamsPluginData.FromString(start).session_start_info.group_name
+
+    sweep = tmp_path / "2026-12-06_09-25-38.293936_910"
+    overrides = ["activation=custom", "activation.target=my.MySoftplus", "seed=1", "steps=2"]
+    job = sweep / "001_activation=custom,activation.target=my.MySoftplus,seed=1,steps=2"
+    named = trial(job, overrides, frozenset({"seed", "activation.target"}))
+    assert named == "activation.target=my.MySoftplus seed=1 (2026-12-06_09-25-38.293936_910/001)"
+    assert trial(tmp_path / "single", ["steps=2"], frozenset()) == ""  # the run's name
+
+
 def test_builtin_relu_matches_the_seed_loop_with_torch_relu(tmp_path, seed_steps_with_torch_relu):
     steps = 60
     reference = seed_steps_with_torch_relu[:steps]

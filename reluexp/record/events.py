@@ -315,11 +315,14 @@ class EventWriter:
         encoder = self._encoders[key]
         self._events.write_serialized(encoder.encode(steps, times, rows))
 
-    def declare(self, hparams: dict[str, Any], varying: frozenset[str], layout: "Layout") -> None:
+    def declare(
+        self, hparams: dict[str, Any], varying: frozenset[str], layout: "Layout", trial: str = ""
+    ) -> None:
         """The hparams (in this run, not a sub-run as add_hparams makes) and the chart layout
         (tags.layout). `varying`: the config keys whose value differs across this run's sweep.
         Their hparams are marked `differs`, which the HParams tab shows first (it shows five at
-        the start)."""
+        the start). `trial`: the name the tab gives the run (hparams.trial_name; '' for its
+        run name)."""
         values = {name: hparam_value(value) for name, value in hparams.items()}
 
         def differs(name: str) -> bool:
@@ -339,7 +342,7 @@ class EventWriter:
             ],
         )
         session_start = plugin_data_pb2.SessionStartInfo(
-            hparams={name: value for name, (value, _) in values.items()}
+            hparams={name: value for name, (value, _) in values.items()}, group_name=trial
         )
         self._write_summaries(
             hparams_summary(EXPERIMENT_TAG, experiment=experiment),

@@ -1,6 +1,8 @@
 """The config values a run is compared by in TensorBoard's HParams tab."""
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,3 +53,14 @@ def hparams(
         "optimizer": config.optimizer.name.value,
         "schedule": config.schedule.name.value,
     }
+
+
+def trial_name(overrides: Sequence[str], varying: frozenset[str], run_dir: Path) -> str:
+    """A sweep job's name in the HParams tab's Trial ID column, which cuts long names: what
+    tells it from its sweep's other jobs first, then its sweep and job number (which no other
+    job in a logdir shares): `seed=1 activation=custom (2026-12-06_09-25-38_910/001)`. '' for
+    a run that varies nothing: the tab shows its run name."""
+    told = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in varying]
+    if not told:
+        return ""
+    return f"{' '.join(told)} ({run_dir.parent.name}/{run_dir.name.split('_', 1)[0]})"

@@ -17,7 +17,7 @@ from reluexp.config import Config, config_dict
 from reluexp.functions.targets import ActivationFactory, resolve_activation, surrogate_of
 from reluexp.record import summary as summaries
 from reluexp.record.events import EventWriter
-from reluexp.record.hparams import hparams
+from reluexp.record.hparams import hparams, trial_name
 from reluexp.record.metrics import MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder, Series
@@ -226,7 +226,10 @@ def _run(
                 examples = (len(data.x), data.x[0].numel(), data.d_out)
                 loss = loss_kind(config, data).value
                 events.declare(
-                    hparams(config, device, examples, loss), varying, layout(params, sites)
+                    hparams(config, device, examples, loss),
+                    varying,
+                    layout(params, sites),
+                    trial_name(summary.overrides, varying, run_dir),
                 )
         stream = MetricStream(
             params,

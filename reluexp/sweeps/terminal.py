@@ -20,6 +20,7 @@ from reluexp.run.rundir import shown_path
 from reluexp.sweeps.finish import UNFINISHED, finish_command
 from reluexp.sweeps.report.discovery import Job, jobs_in, planned_jobs, searched_keys
 from reluexp.sweeps.report.outputs import Written, write_report
+from reluexp.sweeps.report.verdicts import FunctionCheck
 
 loss_log = logging.getLogger("reluexp.losses")
 
@@ -152,11 +153,14 @@ def closing_line(sweep_dir: Path, written: Written) -> str:
         line += f". Finish it: {finish}"
     if written.paired is not None:
         line += f". With the built-in beside (no job trained the reference): {written.paired}"
+    if written.not_correct:
+        line += f". The lab finds {', '.join(written.not_correct)}"
     return line
 
 
-def write_sweep_summary(sweep_dir: Path) -> list[Job]:
-    """The sweep's report, and its closing line on stderr; returns its jobs."""
-    written = write_report(sweep_dir)
+def write_sweep_summary(sweep_dir: Path, check: FunctionCheck | None = None) -> list[Job]:
+    """The sweep's report (its custom Functions checked by `check`, the lab's, where given),
+    and its closing line on stderr; returns its jobs."""
+    written = write_report(sweep_dir, check)
     print(closing_line(sweep_dir, written), file=sys.stderr, flush=True)
     return written.jobs

@@ -2,16 +2,20 @@
 
 Works on any sweep directory, finished, interrupted or still running: every job the sweep
 planned is listed with its status (`not started` included), and the losses aggregate the
-completed runs only. Writes summary.csv, summary.md and loss_curves.png into it.
+completed runs only. Writes summary.csv, summary.md and loss_curves.png into it, and the
+lab's check of each custom Function its jobs trained into lab/ (its verdict in the table).
 """
 
 import sys
 from pathlib import Path
 
 from reluexp.sweeps.report.outputs import write_report
+from reluexp.sweeps.report.verdicts import FunctionCheck
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, check: FunctionCheck | None = None) -> int:
+    """The report; each custom Function not yet checked is checked by `check` (the lab's,
+    which reluexp.report passes in)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
@@ -29,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        written = write_report(sweep_dir)
+        written = write_report(sweep_dir, check)
     except OSError as error:
         where = error.filename or sweep_dir
         print(f"reluexp.report: error: {where}: cannot write ({error.strerror})", file=sys.stderr)

@@ -9,7 +9,7 @@ import re
 import statistics
 import textwrap
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import struct_pb2
@@ -37,6 +37,7 @@ from reluexp.sweeps.report.statistics import (
     summary_rows,
     unpaired_references,
 )
+from reluexp.sweeps.report.verdicts import LAB_DIR, FunctionCheck, lab_verdicts
 
 # Groups per card in TensorBoard's Text tab (summary_texts): its box shows about five rows.
 GROUPS_PER_TEXT = 4
@@ -45,7 +46,13 @@ GROUPS_PER_TEXT = 4
 # on blank charts, its group view does not.
 GROUP_VIEW = "groups"
 # summary.md's columns that a table has only where a group fills them.
-OPTIONAL_COLUMNS = ("val accuracy", "paired vs reference (95%, t)", "warnings", "error")
+OPTIONAL_COLUMNS = (
+    "val accuracy",
+    "paired vs reference (95%, t)",
+    "lab check",
+    "warnings",
+    "error",
+)
 MAX_TICKED_RUNS = 40
 
 
@@ -226,6 +233,12 @@ def gap_text(row: dict[str, object]) -> str:
     )
 
 
+def lab_text(row: dict[str, object]) -> str:
+    """The lab's verdict on the group's Function, with its report where it is not correct."""
+    verdict, report = str(row["lab_verdict"]), str(row["lab_report"])
+    return f"{verdict}: {report}" if report and verdict != "gradients correct" else verdict
+
+
 def markdown_tables(rows: list[dict[str, object]], per_table: int | None = None) -> list[str]:
     """The table, without the optional columns no group fills (validation accuracy, for
     regression; warnings and errors, when there are none); with per_table, cut into tables of
@@ -245,6 +258,7 @@ def markdown_tables(rows: list[dict[str, object]], per_table: int | None = None)
                 "val accuracy": accuracy_text(row),
                 "vs reference": gap_text(row),
                 "paired vs reference (95%, t)": str(row["paired_verdict"]),
+                "lab check": lab_text(row),
                 "min loss": spread(row, "min_loss") + min_loss_over(row),
                 "steps/s": number(row["steps_per_s"], 4) + busy_text(row),
                 "status": ", ".join(statuses),
@@ -344,6 +358,8 @@ class Written:
     undrawn: str = ""
     # The sweep's command with the references its custom jobs lack trained beside them.
     paired: str | None = None
+    # The Functions the lab does not find correct: `MyGELU WRONG (lab/.../check.md)`.
+    not_correct: list[str] = field(default_factory=list)
 
     def dashboard(self, sweep_dir: str) -> str:
         """The tensorboard command whose page fills by itself: the sweep's every run where
@@ -367,13 +383,20 @@ class Written:
         return ", ".join(self.files) + (f"; {self.undrawn}" if self.undrawn else "")
 
 
-def write_report(sweep_dir: Path) -> Written:
+def write_report(sweep_dir: Path, check: FunctionCheck | None = None) -> Written:
     """summary.csv, summary.md and loss_curves.png for sweep_dir, and TensorBoard's view of
-    them. Without matplotlib (a broken environment) the table and the numbers stand, without
-    the figures."""
+    them; each custom group's Function checked by `check` (the lab's) where no report of an
+    earlier check is there. Without matplotlib (a broken environment) the table and the
+    numbers stand, without the figures."""
     jobs = find_jobs(sweep_dir)
     groups = group_jobs(jobs)
-    rows = summary_rows(groups)
+    verdicts = lab_verdicts(sweep_dir, {group.label: group.jobs for group in groups}, check)
+    rows = summary_rows(groups, verdicts)
+    not_correct = {
+        f"{verdict.name} {verdict.text} ({verdict.report})"
+        for verdict in verdicts.values()
+        if verdict.passed is False and verdict.report
+    }
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["group"])
     writer.writeheader()
@@ -420,6 +443,11 @@ def write_report(sweep_dir: Path) -> Written:
             f"{'s' if len(unpaired) > 1 else ''} its custom jobs name, so none has a vs "
             "reference" + (f"; to train it beside them: `{paired}`." if paired else ".")
         )
+    if not_correct:
+        header += (
+            f" The lab finds {', '.join(sorted(not_correct))}: read its report before these "
+            "numbers (training like the built-in does not make a backward right)."
+        )
     summary_md = f"{header}\n\n{markdown_table(rows)}"
     write_whole(sweep_dir / "summary.md", summary_md)
     view = sweep_dir / GROUP_VIEW
@@ -429,8 +457,15 @@ def write_report(sweep_dir: Path) -> Written:
     job_runs = sum(
         1 for job in jobs if job.run_dir and any(job.run_dir.glob("events.out.tfevents.*"))
     )
+    job_runs += len(list((sweep_dir / LAB_DIR).glob("*/events.out.tfevents.*")))  # the checks'
+
     written = Written(
-        jobs, ["summary.md", "summary.csv"], job_runs + view_runs, view_runs, paired=paired
+        jobs,
+        ["summary.md", "summary.csv"],
+        job_runs + view_runs,
+        view_runs,
+        paired=paired,
+        not_correct=sorted(not_correct),
     )
     try:
         images = {

@@ -12,6 +12,7 @@ from reluexp.record.events import read_scalars
 from reluexp.record.summary import RunSummary
 from reluexp.record.tags import LOSS
 from reluexp.sweeps.report.discovery import STATUSES, UNREADABLE, Job
+from reluexp.sweeps.report.verdicts import Verdict
 
 
 @dataclass
@@ -195,8 +196,11 @@ def statistics_of(values: list[float]) -> dict[str, float | None]:
     return {"mean": statistics.mean(values), "std": std, "min": min(values), "max": max(values)}
 
 
-def summary_rows(groups: list[Group]) -> list[dict[str, object]]:
-    """One row of numbers per group (the CSV); the Markdown table formats them."""
+def summary_rows(
+    groups: list[Group], verdicts: dict[str, Verdict] | None = None
+) -> list[dict[str, object]]:
+    """One row of numbers per group (the CSV), with the lab's verdict on a custom group's
+    Function (`verdicts`, by group label); the Markdown table formats them."""
     rows = []
     for group in groups:
         statuses = Counter(job.summary.status for job in group.jobs)
@@ -221,6 +225,9 @@ def summary_rows(groups: list[Group]) -> list[dict[str, object]]:
         row["paired_mean"] = comparison.mean if comparison else None
         row["paired_half_width_95"] = comparison.half_width if comparison else None
         row["paired_verdict"] = comparison.verdict if comparison else ""
+        verdict = (verdicts or {}).get(group.label)
+        row["lab_verdict"] = verdict.text if verdict else ""
+        row["lab_report"] = (verdict.report or "") if verdict else ""
         row["steps_per_s"] = statistics.mean(steps_per_s) if steps_per_s else None
         row["jobs_on_a_busy_machine"] = len(group.busy)
         for status in (*STATUSES, UNREADABLE):

@@ -1,0 +1,89 @@
+"""The lab's verdict on each custom Function a sweep trained, once per Function: the lab's
+default check is written into the sweep's lab/ directory, and every later report reads its
+check.json back. The sweeps layer does not import the lab: the commands that end a sweep or
+write its report pass the lab's check in (FunctionCheck)."""
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reluexp.config import ConfigError
+from reluexp.sweeps.report.discovery import Job
+
+LAB_DIR = "lab"
+# The activation keys that make the Function the lab checks (its name aside).
+FUNCTION_KEYS = ("target", "reference", "surrogate", "params", "reference_params", "domain")
+
+# Checks an activation (these keys of a job's config) and writes check.json into the directory;
+# raises ConfigError where the lab cannot take it (a target that does not import).
+FunctionCheck = Callable[[dict[str, Any], Path], None]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    # The Function's name (its target's last part).
+    name: str
+    # "gradients correct", the failing finding's kind in capitals (WRONG), or why there is none.
+    text: str
+    # Its check.md, relative to the sweep directory; None where nothing was checked.
+    report: str | None = None
+    passed: bool | None = None
+
+
+def custom_function(job: Job) -> dict[str, Any] | None:
+    """The Function a custom job trained (an activation that is not its own reference)."""
+    config = job.summary.config
+    if config is None:
+        return None
+    activation = config["activation"]
+    if activation["target"] == activation["reference"]:
+        return None
+    return {key: activation.get(key) for key in FUNCTION_KEYS}
+
+
+def check_dir(function: dict[str, Any]) -> Path:
+    """Its directory below the sweep's: the target's name and a digest of what makes it (the
+    same target with other params is another Function)."""
+    digest = hashlib.sha1(json.dumps(function, sort_keys=True).encode()).hexdigest()[:8]
+    return Path(LAB_DIR, f"{str(function['target']).rsplit('.', 1)[-1]}-{digest}")
+
+
+def verdict_in(sweep_dir: Path, function: dict[str, Any], check: FunctionCheck | None) -> Verdict:
+    """The check.json already written, else the check's, run now (where it was passed in)."""
+    name = str(function["target"]).rsplit(".", 1)[-1]
+    relative = check_dir(function)
+    checked = sweep_dir / relative / "check.json"
+    if not checked.is_file() and check is not None:
+        try:
+            check(function, sweep_dir / relative)
+        except ConfigError as error:
+            return Verdict(name, f"not checked: {error}")
+    try:
+        payload = json.loads(checked.read_text())
+    except FileNotFoundError:
+        return Verdict(name, "")
+    except (OSError, ValueError) as error:
+        return Verdict(name, f"unreadable {relative / 'check.json'}: {error}")
+    passed = bool(payload.get("passed"))
+    text = "gradients correct" if passed else str(payload.get("verdict", "")).upper()
+    return Verdict(name, text, str(relative / "check.md"), passed)
+
+
+def lab_verdicts(
+    sweep_dir: Path, groups: dict[str, list[Job]], check: FunctionCheck | None
+) -> dict[str, Verdict]:
+    """Each custom group's verdict, by its label; a Function several groups trained is checked
+    once."""
+    verdicts: dict[str, Verdict] = {}
+    by_function: dict[Path, Verdict] = {}
+    for label, jobs in groups.items():
+        function = next((f for job in jobs if (f := custom_function(job)) is not None), None)
+        if function is not None:
+            key = check_dir(function)
+            if key not in by_function:
+                by_function[key] = verdict_in(sweep_dir, function, check)
+            verdicts[label] = by_function[key]
+    return verdicts
