@@ -1,5 +1,5 @@
-"""Regenerate docs/tensorboard_*.png: the real TensorBoard pages of the headline sweep, opened
-exactly as its closing line says, one per tab a person reads (SHOTS), and a CNN's Custom
+"""Regenerate docs/images/tensorboard_*.png: the real TensorBoard pages of the headline sweep,
+opened exactly as its closing line says, one per tab a person reads (SHOTS), and a CNN's Custom
 Scalars, a chart per layer (tensorboard_layers.png).
 
     python docs/screenshot.py [SWEEP_DIR]
@@ -149,7 +149,7 @@ def main() -> None:
         try:
             wait_for_scalars(url, runs - 1, "loss/train_log10")  # every run but the report's
             for name, page in SHOTS.items():
-                screenshot(f"{url}/{page}", HERE / f"tensorboard_{name}.png", workdir)
+                screenshot(f"{url}/{page}", HERE / "images" / f"tensorboard_{name}.png", workdir)
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -158,7 +158,9 @@ def main() -> None:
         url, server = serve(layers)
         try:
             wait_for_scalars(url, 1, "norm/grad_features.0.weight")
-            screenshot(f"{url}/#custom_scalars", HERE / "tensorboard_layers.png", workdir)
+            screenshot(
+                f"{url}/#custom_scalars", HERE / "images" / "tensorboard_layers.png", workdir
+            )
         finally:
             server.terminate()
             server.wait(timeout=30)

@@ -266,7 +266,11 @@ class Config:
         ),
     )
     threads: int | None = field(
-        default=None, metadata=meaning("torch intra-op threads; null keeps torch's default.")
+        default=None,
+        metadata=meaning(
+            "torch intra-op threads. null: torch's default (a thread per core) for a run, "
+            "cores // n_jobs for each job of a joblib sweep, 1 for reluexp.check."
+        ),
     )
     log_every: int | None = field(
         default=None,

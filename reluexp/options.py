@@ -40,7 +40,8 @@ class DataConfig:
     batch_size: int | None = field(
         default=None,
         metadata=meaning(
-            "Examples per step, a new seeded order each epoch; null: the full batch every step."
+            "Examples per step, a new seeded order each epoch (a remainder smaller than a "
+            "batch is left out), at most the training examples; null: the full batch every step."
         ),
     )
 
@@ -85,8 +86,8 @@ class CifarConfig(DataConfig):
     root: str | None = field(
         default=None,
         metadata=meaning(
-            "The folder holding the dataset's files, binary or python version, as downloaded "
-            "from https://www.cs.toronto.edu/~kriz/cifar.html."
+            "Required: the folder holding the dataset's files, binary or python version, as "
+            "downloaded from https://www.cs.toronto.edu/~kriz/cifar.html."
         ),
     )
     augment: bool = augment_field()
@@ -96,7 +97,8 @@ class CifarConfig(DataConfig):
 class FileDataConfig(DataConfig):
     name: DataName = DataName.file
     path: str | None = field(
-        default=None, metadata=meaning("The path of a .npz or .pt holding x, y (x_val, y_val).")
+        default=None,
+        metadata=meaning("Required: the path of a .npz or .pt holding x, y (x_val, y_val)."),
     )
     augment: bool = augment_field()
     val_fraction: float = val_fraction_field()
@@ -108,7 +110,7 @@ class CallableDataConfig(DataConfig):
     loader: str | None = field(
         default=None,
         metadata=meaning(
-            "The dotted path of a function returning x, y (and x_val, y_val) tensors."
+            "Required: the dotted path of a function returning x, y (and x_val, y_val) tensors."
         ),
     )
     augment: bool = augment_field()
@@ -205,7 +207,7 @@ class CustomModelConfig(ModelConfig):
     target: str | None = field(
         default=None,
         metadata=meaning(
-            "The dotted path of your factory, called with the keywords it names of "
+            "Required: the dotted path of your factory, called with the keywords it names of "
             "`activation` (a callable that makes a fresh activation Module: call it where the "
             "activation goes), `d_in`, `d_out` and `input_shape`, returning an nn.Module."
         ),

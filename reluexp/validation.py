@@ -58,6 +58,13 @@ def validate(config: Config) -> None:
         _require(data.loader is not None, "data.loader", None, "required: pkg.module.function")
     if data.batch_size is not None:
         _require(data.batch_size >= 1, "data.batch_size", data.batch_size, "must be >= 1 (or null)")
+        if data.name == DataName.random:  # other data is checked once read (data.check_split)
+            _require(
+                data.batch_size <= data.n,
+                "data.batch_size",
+                data.batch_size,
+                f"more than the data.n={data.n} examples (null: the full batch)",
+            )
     fraction = getattr(data, "val_fraction", 0.5)  # CIFAR brings its validation split
     _require(0 < fraction < 1, "data.val_fraction", fraction, "must be between 0 and 1")
     _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")

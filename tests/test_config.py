@@ -213,9 +213,11 @@ def test_help_says_which_key_each_data_source_takes():
     """33.4: --help's data.path names data=file only; data=callable takes data.loader (and
     61.5: each data option has its own keys, said with the options that have them)."""
     meanings = key_meanings()
-    assert meanings["data.path"].startswith("data=file: The path of a .npz or .pt")
-    assert meanings["data.loader"].startswith("data=callable: The dotted path of a function")
-    assert meanings["data.root"].startswith("data=cifar10: The folder holding")
+    assert meanings["data.path"].startswith("data=file: Required: the path of a .npz or .pt")
+    assert meanings["data.loader"].startswith(
+        "data=callable: Required: the dotted path of a function"
+    )
+    assert meanings["data.root"].startswith("data=cifar10: Required: the folder holding")
     assert meanings["data.n"].startswith("data=random: Examples")
 
 

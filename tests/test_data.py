@@ -18,7 +18,7 @@ from reluexp.run import runner
 from reluexp.run.data import Dataset
 from reluexp.run.losses import objective
 from reluexp.run.signals import StopSignals
-from reluexp.validation import task_config
+from reluexp.validation import task_config, validate
 from tests.helpers import run_cli, summary
 
 pytestmark = pytest.mark.compat
@@ -330,6 +330,36 @@ def test_a_split_that_leaves_less_than_a_batch_is_refused(fraction, held_out):
     config.data.batch_size = None  # the full batch: one example is a batch
     if held_out < 1797:
         runner.prepare(config)
+
+
+def split_loader():
+    """Twelve training examples and four held out, as a loader with its own split returns."""
+    generator = torch.Generator().manual_seed(0)
+    return (
+        torch.randn(12, 3, generator=generator),
+        torch.randn(12, 2, generator=generator),
+        torch.randn(4, 3, generator=generator),
+        torch.randn(4, 2, generator=generator),
+    )
+
+
+def test_a_batch_larger_than_the_training_examples_is_refused_for_every_data():
+    """63: `data.batch_size=100` trained the article's 64 examples as a batch of 64 (cut
+    silently), where the digits refused a batch their split could not fill."""
+    with pytest.raises(ConfigError) as refused:
+        validate(task_config(compose_config(["data.batch_size=100"])))
+    assert str(refused.value) == (
+        "data.batch_size=100: more than the data.n=64 examples (null: the full batch)"
+    )
+    loader = ["data=callable", "data.loader=tests.test_data.split_loader"]
+    config = task_config(compose_config([*loader, "data.batch_size=13"]))
+    with pytest.raises(ConfigError) as refused:
+        runner.prepare(config)
+    assert str(refused.value) == (
+        "data.batch_size=13: more than the data's 12 training examples (null: the full batch)"
+    )
+    config.data.batch_size = 12  # the whole training split is a batch
+    runner.prepare(config)
 
 
 def test_real_datas_memory_check_names_its_own_sizes(monkeypatch):

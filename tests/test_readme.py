@@ -1,4 +1,5 @@
-"""Docs that run: every reluexp command in the README's bash blocks works as written."""
+"""Docs that run: every reluexp command in the bash blocks of the README and of every page of
+the docs site (docs/) works as written."""
 
 import json
 import re
@@ -14,10 +15,12 @@ from tests.helpers import EXPERIMENTS, REPO_ROOT, write_readme_cifar
 pytestmark = pytest.mark.slow
 
 README = (REPO_ROOT / "README.md").read_text()
+# The README, then the site's pages: every block of either runs.
+DOCS = "\n".join([README, *(p.read_text() for p in sorted((REPO_ROOT / "docs").rglob("*.md")))])
 
 
 def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", DOCS, flags=re.S)
 
 
 def commands() -> list[str]:
@@ -45,19 +48,19 @@ def shrunk(command: str) -> list[str]:
     return argv
 
 
-def test_the_readme_has_commands_to_run():
+def test_the_docs_have_commands_to_run():
     assert len(commands()) >= 8
     assert "python -m reluexp" in commands()
 
 
-def test_the_readme_runs_every_named_study():
+def test_the_docs_run_every_named_study():
     named = {arg.split("=", 1)[1] for c in commands() for arg in c.split() if "experiment=" in arg}
     assert set(EXPERIMENTS) <= named
 
 
 def write_config_files(directory):
-    """The README's YAML blocks of the user's own configs, at the paths the text gives them."""
-    paths = re.findall(r"`(my_configs/\S+\.yaml)`[^`]*?:\n\n```yaml\n(.*?)```", README, flags=re.S)
+    """The docs' YAML blocks of the user's own configs, at the paths the text gives them."""
+    paths = re.findall(r"`(my_configs/\S+\.yaml)`[^`]*?:\n\n```yaml\n(.*?)```", DOCS, flags=re.S)
     assert len(paths) == 2
     for path, text in paths:
         (directory / path).parent.mkdir(parents=True, exist_ok=True)
@@ -65,12 +68,12 @@ def write_config_files(directory):
 
 
 @pytest.mark.parametrize("command", commands())
-def test_readme_command_works_as_written(tmp_path, command):
+def test_docs_command_works_as_written(tmp_path, command):
     write_config_files(tmp_path)
     write_readme_cifar(tmp_path, command)
-    worked_example = "my_relu.MyReLU" in command
-    if worked_example:
-        # The README's worked example: its Function, with the bug it plants.
+    worked_example = "my_relu.MyReLU" in command and "reluexp.check" in command
+    if "my_relu.MyReLU" in command:
+        # The docs' worked example: its Function, with the bug it plants.
         (source,) = [b for b in blocks("python") if "class MyReLU" in b]
         (tmp_path / "my_relu.py").write_text(source)
     if "my_models." in command:  # "Your own model": its factories, as the README gives them
@@ -85,7 +88,7 @@ def test_readme_command_works_as_written(tmp_path, command):
             r"WRONG gradcheck \(4, 5\): backward at x\[0, 3\]=[0-9.]+ \(float64\): got 2\.0",
             result.stdout,
         ).group(0)
-        assert failure in README.replace("\n", " ")
+        assert failure in DOCS.replace("\n", " ")
         assert result.stdout.splitlines()[-1].startswith("MyReLU: WRONG. Report: ")
     else:
         assert result.returncode == 0, result.stderr[-2000:]
@@ -97,6 +100,8 @@ def test_readme_command_works_as_written(tmp_path, command):
             s["steps_done"] <= 3 and s["status"] in ("completed", "diverged") for s in summaries
         )
         assert (sweep_dir / "summary.md").is_file()
+        if "my_relu.MyReLU" in command:  # its planted bug, in the report's lab column
+            assert "| WRONG: lab/MyReLU-" in (sweep_dir / "summary.md").read_text()
 
 
 EXPERIMENTS_README = (REPO_ROOT / "experiments" / "README.md").read_text()

@@ -35,7 +35,7 @@ class Batches:
 
     def __init__(self, data: Dataset, batch_size: int | None, seed: int, augment: bool = False):
         self.data, self.seed, self.augment = data, seed, augment
-        self.size = len(data.x) if batch_size is None else min(batch_size, len(data.x))
+        self.size = len(data.x) if batch_size is None else batch_size
         self.per_epoch = len(data.x) // self.size
         self.epoch, self.order = -1, torch.empty(0)
 

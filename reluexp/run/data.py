@@ -137,13 +137,19 @@ def read_source(name: DataName, source: str | None, stamp: tuple) -> tuple[torch
 
 
 def check_split(arrays: list[torch.Tensor], config: Config) -> None:
-    """Data without a validation split is split by data.val_fraction (dataset()): what it
-    leaves to train on must make at least one batch."""
-    if len(arrays) == 4:
-        return
+    """What the data leaves to train on (data without a validation split is split by
+    data.val_fraction, dataset()) must make at least one batch: a larger data.batch_size is
+    refused, not cut to the data's size."""
     examples = len(arrays[0])
-    held_out = held_out_of(examples, config.data.val_fraction)
     batch = config.data.batch_size or 1
+    if len(arrays) == 4:
+        if examples < batch:
+            raise ConfigError(
+                f"data.batch_size={batch}: more than the data's {examples} training examples "
+                "(null: the full batch)"
+            )
+        return
+    held_out = held_out_of(examples, config.data.val_fraction)
     if examples - held_out < batch:
         size = f"a batch of data.batch_size={batch}" if config.data.batch_size else "one example"
         raise ConfigError(
