@@ -80,8 +80,13 @@ def defaults() -> dict[str, str]:
             OPTION_SCHEMAS[OPTION_GROUPS[group]][0]
         ):
             found[key] = next(iter(per_option.values()))
-        else:
-            found[key] = "; ".join(f"{option}: {value}" for option, value in per_option.items())
+        else:  # each value once, after the options it is theirs for
+            by_value: dict[str, list[str]] = {}
+            for option, value in per_option.items():
+                by_value.setdefault(value, []).append(option)
+            found[key] = "; ".join(
+                f"{', '.join(options)}: {value}" for value, options in by_value.items()
+            )
     return found
 
 
@@ -95,11 +100,11 @@ def configuration_tables() -> str:
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
         groups = help_groups()
         found = defaults()
-    lines = ["| group | options |", "| --- | --- |"]
+    lines = ["## Config groups", "", "| group | options |", "| --- | --- |"]
     for line in groups.splitlines():
         group, options = line.split(": ", 1)
         lines.append(f"| `{group}` | {', '.join(f'`{o}`' for o in options.split(', '))} |")
-    lines += ["", "| key | default | meaning |", "| --- | --- | --- |"]
+    lines += ["", "## Keys", "", "| key | default | meaning |", "| --- | --- | --- |"]
     for key, meaning in key_meanings().items():
         lines.append(f"| `{key}` | {cell(found[key])} | {cell(meaning)} |")
     return "\n".join(lines) + "\n"

@@ -139,9 +139,12 @@ def key_meanings(chosen: dict[str, type] | None = None) -> dict[str, str]:
         for name, found in by_key.items():
             if len(found) == len(options):  # every option's: one meaning
                 meanings[prefix + name] = found[0][1]
-            else:
+            else:  # each meaning once, after the options it is theirs for
+                by_text: dict[str, list[str]] = {}
+                for option, text in found:
+                    by_text.setdefault(text, []).append(f"{group}={option}")
                 meanings[prefix + name] = " ".join(
-                    f"{group}={option}: {text}" for option, text in found
+                    f"{', '.join(options)}: {text}" for text, options in by_text.items()
                 )
 
     walk(Config, "")

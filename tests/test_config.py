@@ -217,7 +217,9 @@ def test_help_says_which_key_each_data_source_takes():
     assert meanings["data.loader"].startswith(
         "data=callable: Required: the dotted path of a function"
     )
-    assert meanings["data.root"].startswith("data=cifar10: Required: the folder holding")
+    assert meanings["data.root"].startswith(
+        "data=cifar10, data=cifar100: Required: the folder holding"
+    )
     assert meanings["data.n"].startswith("data=random: Examples")
 
 

@@ -55,7 +55,7 @@ def check(args: argparse.Namespace, interrupts: Interrupts) -> int:
         validate(config)
         device = resolve_device(config.device)
         # The lab's tensors are small: one thread is as fast, and on a shared machine faster
-        # (no waiting on busy cores); `threads=N` still chooses (README, Check your own Function).
+        # (no waiting on busy cores); `threads=N` still chooses (the docs' tutorial says so).
         if config.threads is None:
             config.threads = 1
         activation = config.activation
