@@ -35,6 +35,7 @@ from reluexp.hydra_glue import (
     search_space_advice,
     versions_line,
 )
+from reluexp.lab.sweep import check_activation
 from reluexp.preflight import Started, start_run, start_sweep
 from reluexp.record.summary import RunSummary, SummaryError, record_failure
 from reluexp.record.tags import dashboard_command
@@ -193,8 +194,6 @@ class Lifecycle(Callback):
         stop, workers.current_stop = workers.current_stop, None
         if stop is not None:
             stop.check()
-        from reluexp.lab.pipeline import check_activation  # the lab, at a sweep's end only
-
         jobs = write_sweep_summary(Path(config.hydra.sweep.dir), check_activation)
         if stop is not None and stop.signum is not None:
             sys.exit(128 + stop.signum)

@@ -11,7 +11,7 @@ def run() -> int:
     interrupts = Interrupts("reluexp.report: interrupted")
     try:
         with interrupts, interrupts.raising():
-            from reluexp.lab.pipeline import check_activation
+            from reluexp.lab.sweep import check_activation
             from reluexp.sweeps.report.command import main
 
             return main(check=check_activation)

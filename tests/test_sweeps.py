@@ -418,7 +418,7 @@ def test_each_custom_groups_row_carries_the_labs_verdict_checked_once_per_functi
             config.activation.name, config.activation.target = name, target
             jobs[f"activation={name} lr={lr}"] = config
     fake_sweep(tmp_path, jobs)
-    from reluexp.lab.pipeline import check_activation
+    from reluexp.lab.sweep import check_activation
 
     checked = []
 
@@ -459,7 +459,7 @@ def test_a_function_the_lab_cannot_take_is_said_not_checked_in_its_row(tmp_path)
     record = json.loads(summary_path.read_text())
     record["config"]["activation"]["target"] = "nowhere.Gone"
     summary_path.write_text(json.dumps(record))
-    from reluexp.lab.pipeline import check_activation
+    from reluexp.lab.sweep import check_activation
 
     write_report(tmp_path, check_activation)
     rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}

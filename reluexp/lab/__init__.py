@@ -8,7 +8,20 @@
 The command, `python -m reluexp.check activation=...`, runs the same checks (lab/command.py).
 """
 
-from reluexp.lab.findings import Finding, Location, Report, Status
-from reluexp.lab.pipeline import check_function
+from typing import Any
 
 __all__ = ["Finding", "Location", "Report", "Status", "check_function"]
+
+
+def __getattr__(name: str) -> Any:
+    """The names above, imported when first asked for: importing a module of the lab (the sweep
+    report's lab/sweep.py) does not import all of it, torch included."""
+    if name == "check_function":
+        from reluexp.lab.pipeline import check_function
+
+        return check_function
+    if name in __all__:
+        from reluexp.lab import findings
+
+        return getattr(findings, name)
+    raise AttributeError(f"module 'reluexp.lab' has no attribute {name!r}")

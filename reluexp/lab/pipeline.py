@@ -308,20 +308,3 @@ def check_function(
     if directory is not None:
         checked.write(directory)
     return checked.report
-
-
-def check_activation(activation: dict[str, Any], directory: Path) -> None:
-    """The default check of a sweep's activation (its target, reference, surrogate, params,
-    reference_params and domain, as a job's config holds them), written into directory: the
-    verdict a sweep's report gives its group (reluexp.sweeps.report.verdicts). On one thread,
-    as `python -m reluexp.check` runs: the lab's tensors are small."""
-    check_function(
-        activation["target"],
-        activation["reference"],
-        surrogate=activation["surrogate"],
-        params=activation["params"] or None,
-        reference_params=activation["reference_params"] or None,
-        domain=tuple(activation["domain"]) if activation["domain"] else None,
-        experiment=Config(device="cpu", threads=1),
-        out_dir=directory,
-    )

@@ -48,8 +48,9 @@ class StopOwner:
     """The process's one owner of the stops' handlers: each signal goes to the phase on top of
     its stack that takes it (PHASES says what a stop means in each), and a handler is in place
     exactly while some phase takes its signal; with none, the handler that was there before
-    (Python's, or an in-process caller's). A phase's handler records, signals or raises; the
-    one that waits is a parallel sweep's, for its workers' checkpoints (SweepStop says why)."""
+    (Python's, or an in-process caller's). A phase's handler records, signals, looks or
+    raises, and never waits: a parallel sweep's waits for its workers' checkpoints on a timer's
+    ticks (sweeps.workers.SweepStop)."""
 
     def __init__(self) -> None:
         self.phases: list[Any] = []
@@ -105,8 +106,8 @@ PHASES = {
     "training (StopSignals)": "the run stops at the next step boundary, checkpointed; a second "
     "stop ends the process at once (a joblib worker's waits for its sweep)",
     "a sweep outside training (sweeps.workers.SweepStop)": "a parallel sweep's workers are "
-    "signalled and waited for; the sweep ends where the launcher waits or at its next check: "
-    "its summary, 128 + the signal",
+    "signalled, and looked at on a timer's ticks until they have recorded; the sweep ends where "
+    "the launcher waits or at its next check: its summary, 128 + the signal",
     "exiting (Interrupts.hold)": "nothing changes; a second stop ends the process at once",
 }
 OWNER = StopOwner()

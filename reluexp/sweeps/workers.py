@@ -74,20 +74,37 @@ def signal_workers(signum: int) -> list[psutil.Process]:
     return workers
 
 
-def wait_for_workers(
-    workers: list[psutil.Process], sweep_dir: Path, timeout: float = STOP_TIMEOUT_S
-) -> None:
-    """Wait until none of the sweep's jobs is `running` (each recorded `interrupted` at a step
-    boundary); kill the workers then, and any that has not recorded its job by the timeout."""
-    deadline = time.monotonic() + timeout
-    while running_jobs(sweep_dir) and time.monotonic() < deadline:
-        if not any(worker.is_running() for worker in workers):
-            break  # nobody left to record them
-        time.sleep(POLL_S)
-    for worker in workers:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            worker.kill()
-    psutil.wait_procs(workers, timeout=timeout)
+class Stopping:
+    """A parallel sweep's stopped workers, looked at on each tick of a timer (SIGALRM every
+    POLL_S, so that no handler waits): done once none of the sweep's jobs is `running` (each
+    recorded `interrupted` at a step boundary), none of the workers is left to record them, or
+    the timeout has passed; then the workers are killed."""
+
+    def __init__(self, workers: list[psutil.Process], sweep_dir: Path):
+        self.workers, self.sweep_dir = workers, sweep_dir
+        self.deadline = time.monotonic() + STOP_TIMEOUT_S
+        self.done = False
+        signal.setitimer(signal.ITIMER_REAL, POLL_S, POLL_S)
+
+    def look(self) -> bool:
+        """One quick look (a tick): whether the workers are done now."""
+        if not self.done and (
+            not running_jobs(self.sweep_dir)
+            or not any(worker.is_running() for worker in self.workers)
+            or time.monotonic() >= self.deadline
+        ):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            for worker in self.workers:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    worker.kill()
+            self.done = True
+        return self.done
+
+
+class SweepStopped(BaseException):
+    """Raised by a stop's handler where the launcher waits on its jobs (SweepStop.waiting),
+    which ends the sweep once it is out of the handler. A BaseException, as KeyboardInterrupt:
+    no `except Exception` on its way takes it for a job's error."""
 
 
 class SweepStop:
@@ -96,22 +113,27 @@ class SweepStop:
     + the signal. At once while the launcher waits on its jobs (`waiting()`); elsewhere (Hydra
     composing the next job, the report being written) at the sweep's next `check()`, as
     signals.Interrupts says why. A parallel sweep first passes the signal on to its workers,
-    each job stopping at a step boundary (checkpoint, `interrupted`), and waits for them in the
-    handler itself: joblib aborts its pool, killing the workers, on any exception out of its
-    wait, so their jobs must have recorded before the sweep's end is raised there. It ignores
-    the stop's other copies (a terminal's Ctrl-C reaches it and its workers alike);
-    otherwise a second signal ends the process at once. A phase of signals.OWNER from its start
-    to the command's end (cli.main's OWNER.scope())."""
-
-    signals = STOPS
+    each job stopping at a step boundary (checkpoint, `interrupted`), and ends only once they
+    have recorded (Stopping, looked at on a timer's ticks): joblib aborts its pool, killing the
+    workers, on any exception out of its wait, so their jobs must have recorded before the
+    sweep's end is raised there. It ignores the stop's other copies (a terminal's Ctrl-C
+    reaches it and its workers alike); otherwise a second signal ends the process at once. A
+    phase of signals.OWNER from its start to the command's end (cli.main's OWNER.scope())."""
 
     def __init__(self, sweep_dir: Path, end_sweep: Callable[[], object], parallel: bool):
         self.sweep_dir, self.end_sweep, self.parallel = sweep_dir, end_sweep, parallel
         self.signum: int | None = None
         self.waits = False
+        self.stopping: Stopping | None = None
+        # A parallel sweep's timer ticks (Stopping) are this phase's too.
+        self.signals = (*STOPS, signal.SIGALRM) if parallel else STOPS
         OWNER.push(self)
 
     def handle(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGALRM:
+            if self.stopping is not None and self.stopping.look() and self.waits:
+                raise SweepStopped
+            return
         if self.signum is not None:
             if self.parallel:
                 return
@@ -124,21 +146,19 @@ class SweepStop:
             os._exit(128 + signum)
         self.signum = signum
         if self.parallel:
-            wait_for_workers(signal_workers(signum), self.sweep_dir)
-        if self.waits:
-            self.end()
+            self.stopping = Stopping(signal_workers(signum), self.sweep_dir)
+        elif self.waits:
+            raise SweepStopped
 
     def end(self) -> None:
+        """The summary, then the exit (out of any handler: `waiting()` or a `check()`)."""
         self.waits = False
         self.end_sweep()
-        # Raised where the launcher waits: Hydra and joblib unwind, joblib releasing its
-        # executor's semaphores and memmapping folders (an os._exit here left them to loky's
-        # resource tracker, which warned of them after the closing line).
         raise SystemExit(128 + (self.signum or signal.SIGINT))
 
     def check(self) -> None:
-        """The sweep ends here if a stop came."""
-        if self.signum is not None:
+        """The sweep ends here if a stop came (and its workers, if any, have recorded)."""
+        if self.signum is not None and (self.stopping is None or self.stopping.look()):
             self.end()
 
     @contextmanager
@@ -148,6 +168,11 @@ class SweepStop:
         self.waits = True
         try:
             yield
+        except SweepStopped:
+            # Raised out of the launcher's wait: Hydra and joblib have unwound, joblib releasing
+            # its executor's semaphores and memmapping folders (an os._exit in the handler left
+            # them to loky's resource tracker, which warned of them after the closing line).
+            self.end()
         finally:
             self.waits = False
 
