@@ -125,3 +125,44 @@ def test_sigterm_to_the_lab_at_any_moment_is_one_line_and_143(tmp_path, delay):
     code, err = stopped("reluexp.check", args, signal.SIGTERM, delay, tmp_path)
     assert code == 143, err
     assert len(err) == 1 and err[0].startswith("reluexp.check: interrupted"), err
+
+
+def test_a_parallel_sweeps_stop_returns_from_its_handler_and_looks_at_its_workers_on_ticks(
+    tmp_path, monkeypatch
+):
+    """61.2: the handler itself waited, up to 120 s, for the workers' checkpoints. Now it
+    signals them and returns; each timer tick is one look; the sweep ends out of the handler,
+    where the launcher waits, once the running job has recorded."""
+    from reluexp.record.summary import RunSummary
+    from reluexp.run.signals import OWNER
+    from reluexp.sweeps import workers
+
+    job = tmp_path / "000_seed=0"
+    job.mkdir()
+    RunSummary(status="running").write(job)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    signalled = []
+
+    def signal_workers(signum):
+        signalled.append(signum)
+        return [psutil.Process(worker.pid)]
+
+    monkeypatch.setattr(workers, "signal_workers", signal_workers)
+    ended = []
+    try:
+        with OWNER.scope():
+            stop = workers.SweepStop(tmp_path, lambda: ended.append(True), parallel=True)
+            stop.handle(signal.SIGTERM, None)  # returns at once: nothing waited for
+            assert signalled == [signal.SIGTERM] and not stop.stopping.done
+            assert signal.getitimer(signal.ITIMER_REAL)[1] == workers.POLL_S
+            with pytest.raises(SystemExit) as exited, stop.waiting():
+                stop.handle(signal.SIGALRM, None)  # a tick while the job runs: a look
+                assert not ended and worker.poll() is None
+                RunSummary(status="interrupted").write(job)
+                stop.handle(signal.SIGALRM, None)  # recorded: raised out of the wait
+        assert exited.value.code == 128 + signal.SIGTERM and ended == [True]
+        assert worker.wait(timeout=60) == -signal.SIGKILL
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    finally:
+        worker.kill()
+        signal.setitimer(signal.ITIMER_REAL, 0)
