@@ -35,7 +35,15 @@ from reluexp.sweeps.report.outputs import (
 )
 from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
 from reluexp.sweeps.terminal import Plan, closing_line, time_left
-from tests.helpers import RAISING_FUNCTION, REPO_ROOT, SMALL, fake_sweep, run_cli, small_config
+from tests.helpers import (
+    RAISING_FUNCTION,
+    REPO_ROOT,
+    SMALL,
+    fake_sweep,
+    run_cli,
+    small_config,
+    tensorboard,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -891,3 +899,23 @@ def test_a_job_line_says_how_long_the_rest_of_the_sweep_takes_at_its_pace(tmp_pa
     assert re.fullmatch(r"; 1 job left, about 0:3\d to go", time_left(tmp_path, 2, plan))
     assert time_left(tmp_path, 3, plan) == ""
     assert time_left(tmp_path, 0, Plan(total=None, varying=None)) == ""
+
+
+def test_a_groups_hparams_trial_is_named_by_what_tells_it_from_the_other_groups(tmp_path):
+    """62.9: the HParams tab's Trial ID column, about 16 characters wide, showed every group
+    of the group view as `groups/activatio...`."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    builtin = small_config(steps=3)
+    builtin.activation.name, builtin.activation.target = "relu", "torch.relu"
+    fake_sweep(tmp_path, {"activation=myrelu": small_config(steps=3), "activation=relu": builtin})
+    write_report(tmp_path)
+    trials = {}
+    for name in ("activation=myrelu", "activation=relu"):
+        start = tensorboard(tmp_path / "groups" / name).PluginTagToContent("hparams")
+        info = plugin_data_pb2.HParamsPluginData.FromString(start["_hparams_/session_start_info"])
+        trials[name] = info.session_start_info.group_name
+    assert trials == {
+        "activation=myrelu": f"myrelu (mean, {tmp_path.name})",
+        "activation=relu": f"relu (mean, {tmp_path.name})",
+    }

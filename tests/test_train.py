@@ -102,8 +102,9 @@ def test_hparams_land_in_the_same_run(default_run, seed_steps):
 
 
 def test_a_sweep_jobs_hparams_trial_is_named_by_what_tells_it_from_the_others(tmp_path):
-    """62.9: the HParams tab's Trial ID column cuts a long run name, so a sweep's jobs read
-    alike but for their number (`multirun/2026-.../000_activation=custom,activation.refe...`)."""
+    """62.9: the HParams tab's Trial ID column shows about 16 characters of a run's name, so a
+    sweep's jobs read alike (`multirun/2026-.../000_activation=custom,activation.refe...`);
+    the values that tell them apart come first (their keys are the columns beside it)."""
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     def trial(run_dir, overrides, varying):
@@ -115,7 +116,7 @@ def test_a_sweep_jobs_hparams_trial_is_named_by_what_tells_it_from_the_others(tm
     overrides = ["activation=custom", "activation.target=my.MySoftplus", "seed=1", "steps=2"]
     job = sweep / "001_activation=custom,activation.target=my.MySoftplus,seed=1,steps=2"
     named = trial(job, overrides, frozenset({"seed", "activation.target"}))
-    assert named == "activation.target=my.MySoftplus seed=1 (2026-12-06_09-25-38.293936_910/001)"
+    assert named == "my.MySoftplus 1 (2026-12-06_09-25-38.293936_910/001)"
     assert trial(tmp_path / "single", ["steps=2"], frozenset()) == ""  # the run's name
 
 

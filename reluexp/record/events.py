@@ -228,6 +228,8 @@ class Session:
     hparams: dict[str, struct_pb2.Value]
     step: int
     metrics: dict[str, float]
+    # Its name in the HParams tab's Trial ID column ('' for the run's name).
+    trial: str = ""
 
 
 def read_declared(run_dir: Path) -> tuple[plugin_data_pb2.HParamsPluginData, ...] | None:
@@ -365,7 +367,7 @@ class EventWriter:
 
     def session(self, session: Session) -> None:
         """A derived run's whole HParams session (Session): declared, its metrics, ended."""
-        start = plugin_data_pb2.SessionStartInfo(hparams=session.hparams)
+        start = plugin_data_pb2.SessionStartInfo(hparams=session.hparams, group_name=session.trial)
         self._write_summaries(
             hparams_summary(EXPERIMENT_TAG, experiment=session.experiment.experiment),
             hparams_summary(SESSION_START_TAG, session_start_info=start),

@@ -56,11 +56,16 @@ def hparams(
 
 
 def trial_name(overrides: Sequence[str], varying: frozenset[str], run_dir: Path) -> str:
-    """A sweep job's name in the HParams tab's Trial ID column, which cuts long names: what
-    tells it from its sweep's other jobs first, then its sweep and job number (which no other
-    job in a logdir shares): `seed=1 activation=custom (2026-12-06_09-25-38_910/001)`. '' for
-    a run that varies nothing: the tab shows its run name."""
-    told = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in varying]
+    """A sweep job's name in the HParams tab's Trial ID column, which shows about its first 16
+    characters: the values that tell it from its sweep's other jobs (their keys are columns
+    beside it), then its sweep and job number, which no other job in a logdir shares:
+    `myrelu 1 (2026-12-06_09-25-38_910/001)`. '' for a run that varies nothing: the tab shows
+    its run name."""
+    told = [
+        value
+        for key, _, value in (o.partition("=") for o in overrides)
+        if key.lstrip("+~") in varying
+    ]
     if not told:
         return ""
     return f"{' '.join(told)} ({run_dir.parent.name}/{run_dir.name.split('_', 1)[0]})"

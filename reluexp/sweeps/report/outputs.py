@@ -75,12 +75,15 @@ def write_group_runs(view: Path, groups: list[Group], rows: list[dict[str, objec
                 loss_gap(group.label)
             ]
         name = group.label.replace(" ", ",").replace("/", "_")
-        write_derived(view / name, "group", series, session=group_session(group, row, steps[-1]))
+        session = group_session(group, row, steps[-1], view.parent.name)
+        write_derived(view / name, "group", series, session=session)
 
 
-def group_session(group: Group, row: dict[str, object], step: int) -> Session | None:
+def group_session(group: Group, row: dict[str, object], step: int, sweep: str) -> Session | None:
     """A group's HParams session: its first job's hyperparameters, its seeds as `mean of 0, 1,
-    2`, and the table's numbers as the metrics; None where no job declared any."""
+    2`, and the table's numbers as the metrics; None where no job declared any. Its trial is
+    named as a job's is (hparams.trial_name): the values that tell it from the sweep's other
+    groups first, `myrelu (mean, 2026-12-06_09-25-38_910)`."""
     declared = next(
         (found for job in group.jobs if job.run_dir and (found := read_declared(job.run_dir))),
         None,
@@ -98,7 +101,8 @@ def group_session(group: Group, row: dict[str, object], step: int) -> Session | 
         )
         if finite(row[key])
     }
-    return Session(experiment, hparams, step, metrics)
+    told = " ".join(part.partition("=")[2] or part for part in group.label.split(" "))
+    return Session(experiment, hparams, step, metrics, trial=f"{told} (mean, {sweep})")
 
 
 def write_job_gaps(groups: list[Group]) -> None:
