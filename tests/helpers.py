@@ -108,6 +108,15 @@ class Raises(torch.autograd.Function):
 """
 
 
+class DoubledGradientRelu(SeedRelu):
+    """The seed's ReLU whose backward passes twice the gradient: WRONG, and it trains like the
+    built-in at twice the lr."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return 2 * SeedRelu.backward(ctx, grad_output)
+
+
 class NanGradientRelu(SeedRelu):
     """The seed's ReLU whose backward returns NaN: the loss stays finite, every gradient is
     NaN."""

@@ -400,26 +400,11 @@ def test_a_report_says_how_many_runs_its_losses_aggregate(tmp_path):
     assert "(left out: seed 2, 3: no finite final loss)" in text
 
 
-class DoubledBackwardRelu(torch.autograd.Function):
-    """The seed's ReLU whose backward passes twice the gradient: trains like the built-in at a
-    smaller lr, and is WRONG."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.clamp(min=0)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
-        return 2 * grad_output * (x >= 0)
-
-
 def test_each_custom_groups_row_carries_the_labs_verdict_checked_once_per_function(tmp_path):
     """62.4: a Function whose backward is wrong and a right one both read `no difference
     detected` in the report; the lab's verdict was nowhere in it."""
     jobs = {}
-    targets = {"right": "reluexp.functions.MyReLU", "wrong": f"{__name__}.DoubledBackwardRelu"}
+    targets = {"right": "reluexp.functions.MyReLU", "wrong": "tests.helpers.DoubledGradientRelu"}
     for lr in (1e-5, 2e-5):
         for name, target in targets.items():
             config = small_config(steps=3, lr=lr)
@@ -438,7 +423,7 @@ def test_each_custom_groups_row_carries_the_labs_verdict_checked_once_per_functi
     assert sorted(checked) == sorted(targets.values())  # once per Function, not per group
     rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
     wrong_report = rows["activation=wrong lr=1e-05"]["lab_report"]
-    assert wrong_report.startswith("lab/DoubledBackwardRelu-")
+    assert wrong_report.startswith("lab/DoubledGradientRelu-")
     assert json.loads((tmp_path / wrong_report).with_name("check.json").read_text())["verdict"] == (
         "wrong"
     )
@@ -447,9 +432,9 @@ def test_each_custom_groups_row_carries_the_labs_verdict_checked_once_per_functi
         assert rows[f"activation=right lr={lr}"]["lab_verdict"] == "gradients correct"
     text = (tmp_path / "summary.md").read_text()
     assert f"| WRONG: {wrong_report} |" in text and "| gradients correct |" in text
-    assert f"The lab finds DoubledBackwardRelu WRONG ({wrong_report}): read its report" in text
-    assert written.not_correct == [f"DoubledBackwardRelu WRONG ({wrong_report})"]
-    assert f"The lab finds DoubledBackwardRelu WRONG ({wrong_report})" in closing_line(
+    assert f"The lab finds DoubledGradientRelu WRONG ({wrong_report}): read its report" in text
+    assert written.not_correct == [f"DoubledGradientRelu WRONG ({wrong_report})"]
+    assert f"The lab finds DoubledGradientRelu WRONG ({wrong_report})" in closing_line(
         tmp_path, written
     )
     # A later report reads the verdicts back (no check passed in, none run).
