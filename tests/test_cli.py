@@ -180,9 +180,12 @@ def tensorboard_server(
 
 
 def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
-    with tensorboard_server(sweep_dir.parent.parent, 7) as (base, runs):
-        # One run per job, one per group of seeds, and the group view's own: the report.
+    with tensorboard_server(sweep_dir.parent.parent, 8) as (base, runs):
+        # One run per job, one per group of seeds, the group view's own (the report's), and
+        # the lab's check of the custom Function (myrelu).
         report_run = f"multirun/{sweep_dir.name}/groups"
+        (check,) = (sweep_dir / "lab").iterdir()
+        lab_run = f"multirun/{sweep_dir.name}/lab/{check.name}"
         jobs = {
             f"multirun/{sweep_dir.name}/{p.name}"
             for p in sweep_dir.iterdir()
@@ -190,7 +193,7 @@ def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
         }
         labels = {a: f"activation={a}" for a in ("myrelu", "relu")}
         groups = {f"{report_run}/{label.replace(' ', ',')}" for label in labels.values()}
-        assert set(runs) == jobs | groups | {report_run}
+        assert set(runs) == jobs | groups | {report_run, lab_run}
         tags = get_json(f"{base}/data/plugin/scalars/tags")
         for run in jobs:
             assert {
@@ -300,13 +303,15 @@ def test_tensorboard_answers_custom_vs_builtin_through_its_http_api(sweep_dir):
 def test_the_headline_sweeps_dashboard_fills_by_itself(tmp_path):
     """47.1: the closing line of `python -m reluexp -m experiment=custom_vs_builtin` named a
     logdir of 43 runs; TensorBoard ticks none past 40, and every tab but Time Series opened
-    blank. The logdir it names now holds at most 40, and every tab the README shows has data."""
+    blank. The logdir it names now holds at most 40, and every tab the docs show has data. (The
+    sweep directory's 47: 35 jobs, 7 groups, the report's and the lab's check of each of the 4
+    custom Functions.)"""
     result = run_cli("-m", "experiment=custom_vs_builtin", "device=cpu", "threads=1", cwd=tmp_path)
     closing = result.stderr.strip().splitlines()[-1]
     logdir = tmp_path / re.search(r"Dashboard: tensorboard --logdir (\S+)", closing).group(1)
     (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
     assert logdir == sweep_dir / "groups"
-    assert f"every job: tensorboard --logdir {logdir.parent.relative_to(tmp_path)}, 43 runs" in (
+    assert f"every job: tensorboard --logdir {logdir.parent.relative_to(tmp_path)}, 47 runs" in (
         closing
     )
     with tensorboard_server(logdir, 8) as (base, runs):
@@ -547,11 +552,11 @@ from reluexp import cli
 
 write, calls = cli.write_sweep_summary, []
 
-def signalled_in_the_report(sweep_dir):
+def signalled_in_the_report(sweep_dir, *check):
     calls.append(sweep_dir)
     if len(calls) == 1:
         signal.raise_signal(signal.SIGTERM)
-    return write(sweep_dir)
+    return write(sweep_dir, *check)
 
 cli.write_sweep_summary = signalled_in_the_report
 sys.argv[0] = "reluexp"

@@ -116,10 +116,10 @@ def test_a_cluster_whose_test_process_is_killed_stops(tmp_path):
         owner.kill()
 
 
-def readme_slurm_commands() -> list[list[str]]:
-    """The README's SLURM commands, with the test cluster's partition."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    lines = [line.split("  #")[0].strip() for line in readme.splitlines()]
+def docs_slurm_commands() -> list[list[str]]:
+    """The docs' SLURM commands (docs/how-to/slurm.md), with the test cluster's partition."""
+    page = (REPO_ROOT / "docs" / "how-to" / "slurm.md").read_text()
+    lines = [line.split("  #")[0].strip() for line in page.splitlines()]
     commands = [line for line in lines if line.startswith("python -m reluexp -m hydra/launcher=")]
     commands = [c for c in commands if "slurm" in c]
     return [shlex.split(c.replace("<partition>", "debug"))[3:] for c in commands]
@@ -136,12 +136,12 @@ def sweep(env, cwd: Path, *args: str, timeout: float = 600) -> subprocess.Comple
     )
 
 
-def test_the_readme_has_both_launchers():
-    launchers = [args[1] for args in readme_slurm_commands()]
+def test_the_docs_have_both_launchers():
+    launchers = [args[1] for args in docs_slurm_commands()]
     assert launchers == ["hydra/launcher=slurm", "hydra/launcher=submitit_slurm"]
 
 
-@pytest.mark.parametrize("args", readme_slurm_commands(), ids=lambda args: args[1])
+@pytest.mark.parametrize("args", docs_slurm_commands(), ids=lambda args: args[1])
 def test_every_job_runs_as_a_slurm_job(slurm_env, tmp_path, args):
     result = sweep(slurm_env, tmp_path, *args)
     assert result.returncode == 0, result.stderr
