@@ -444,7 +444,7 @@ def test_each_custom_groups_row_carries_the_labs_verdict_checked_once_per_functi
     assert rows["activation=wrong lr=2e-05"]["lab_verdict"] == "WRONG" and not checked
 
 
-def test_a_function_the_lab_cannot_take_is_said_not_checked_in_its_row(tmp_path):
+def test_a_function_the_lab_cannot_take_or_write_is_said_not_checked_in_its_row(tmp_path):
     builtin = small_config(steps=2)
     builtin.activation.name, builtin.activation.target = "relu", "torch.relu"
     fake_sweep(tmp_path, {"activation=myrelu": small_config(steps=2), "activation=relu": builtin})
@@ -459,6 +459,18 @@ def test_a_function_the_lab_cannot_take_is_said_not_checked_in_its_row(tmp_path)
     assert rows["activation=myrelu"]["lab_verdict"].startswith("not checked: ")
     assert "nowhere" in rows["activation=myrelu"]["lab_verdict"]
     assert rows["activation=relu"]["lab_verdict"] == ""
+
+    def disk_full(function, directory):
+        raise OSError(28, "No space left on device")
+
+    record["config"]["activation"]["target"] = "reluexp.functions.MyReLU"
+    summary_path.write_text(json.dumps(record))
+    write_report(tmp_path, disk_full)  # the table is written, the verdict says why it has none
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    assert re.fullmatch(
+        r"not checked: cannot write lab/MyReLU-[0-9a-f]{8}: No space left on device",
+        rows["activation=myrelu"]["lab_verdict"],
+    )
 
 
 def test_slurm_preset_composes():

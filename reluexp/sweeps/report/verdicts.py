@@ -18,7 +18,8 @@ LAB_DIR = "lab"
 FUNCTION_KEYS = ("target", "reference", "surrogate", "params", "reference_params", "domain")
 
 # Checks an activation (these keys of a job's config) and writes check.json into the directory;
-# raises ConfigError where the lab cannot take it (a target that does not import).
+# raises ConfigError where the lab cannot take it (a target that does not import), OSError where
+# it cannot write there.
 FunctionCheck = Callable[[dict[str, Any], Path], None]
 
 
@@ -61,6 +62,8 @@ def verdict_in(sweep_dir: Path, function: dict[str, Any], check: FunctionCheck |
             check(function, sweep_dir / relative)
         except ConfigError as error:
             return Verdict(name, f"not checked: {error}")
+        except OSError as error:  # its report could not be written (a full disk): the rest stands
+            return Verdict(name, f"not checked: cannot write {relative}: {error.strerror}")
     try:
         payload = json.loads(checked.read_text())
     except FileNotFoundError:
