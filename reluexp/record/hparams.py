@@ -1,13 +1,14 @@
 """The config values a run is compared by in TensorBoard's HParams tab."""
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from reluexp.config import Config, config_dict
+
+if TYPE_CHECKING:  # a sweep's report names trials without importing torch
+    import torch
 
 
 def hparam(value: Any) -> str | float | bool:
@@ -18,7 +19,7 @@ def hparam(value: Any) -> str | float | bool:
 
 
 def hparams(
-    config: Config, device: torch.device, sizes: tuple[int, int, int], loss: str
+    config: Config, device: "torch.device", sizes: tuple[int, int, int], loss: str
 ) -> dict[str, Any]:
     """The config values a run is compared by in TensorBoard's HParams tab, named by their
     keys (so a sweep's varying keys name them), in the order the tab shows them when none
@@ -61,11 +62,13 @@ def trial_name(overrides: Sequence[str], varying: frozenset[str], run_dir: Path)
     beside it), then its sweep and job number, which no other job in a logdir shares:
     `myrelu 1 (2026-12-06_09-25-38_910/001)`. '' for a run that varies nothing: the tab shows
     its run name."""
-    told = [
-        value
-        for key, _, value in (o.partition("=") for o in overrides)
-        if key.lstrip("+~") in varying
-    ]
+    told = [o for o in overrides if o.partition("=")[0].lstrip("+~") in varying]
     if not told:
         return ""
-    return f"{' '.join(told)} ({run_dir.parent.name}/{run_dir.name.split('_', 1)[0]})"
+    return f"{values_of(told)} ({run_dir.parent.name}/{run_dir.name.split('_', 1)[0]})"
+
+
+def values_of(overrides: Iterable[str]) -> str:
+    """`myrelu 1` for `activation=myrelu seed=1`: a trial's name leads with these (an override
+    without a value, `(defaults)`, as it is)."""
+    return " ".join(o.partition("=")[2] or o for o in overrides)

@@ -16,6 +16,7 @@ from google.protobuf import struct_pb2
 
 from reluexp.record.events import Layout, Session, loss_gap_series, read_declared, write_derived
 from reluexp.record.figures import colormap, new_figure, png
+from reluexp.record.hparams import values_of
 from reluexp.record.tags import (
     HPARAM_METRICS,
     IDENTICAL_LOG10,
@@ -101,8 +102,8 @@ def group_session(group: Group, row: dict[str, object], step: int, sweep: str) -
         )
         if finite(row[key])
     }
-    told = " ".join(part.partition("=")[2] or part for part in group.label.split(" "))
-    return Session(experiment, hparams, step, metrics, trial=f"{told} (mean, {sweep})")
+    trial = f"{values_of(group.label.split(' '))} (mean, {sweep})"
+    return Session(experiment, hparams, step, metrics, trial=trial)
 
 
 def write_job_gaps(groups: list[Group]) -> None:
@@ -462,7 +463,6 @@ def write_report(sweep_dir: Path, check: FunctionCheck | None = None) -> Written
         1 for job in jobs if job.run_dir and any(job.run_dir.glob("events.out.tfevents.*"))
     )
     job_runs += len(list((sweep_dir / LAB_DIR).glob("*/events.out.tfevents.*")))  # the checks'
-
     written = Written(
         jobs,
         ["summary.md", "summary.csv"],

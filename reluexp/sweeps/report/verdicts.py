@@ -45,17 +45,21 @@ def custom_function(job: Job) -> dict[str, Any] | None:
     return {key: activation.get(key) for key in FUNCTION_KEYS}
 
 
+def function_name(function: dict[str, Any]) -> str:
+    """Its target's last part: `MyReLU`."""
+    return str(function["target"]).rsplit(".", 1)[-1]
+
+
 def check_dir(function: dict[str, Any]) -> Path:
-    """Its directory below the sweep's: the target's name and a digest of what makes it (the
-    same target with other params is another Function)."""
+    """Its directory below the sweep's: its name and a digest of what makes it (the same
+    target with other params is another Function)."""
     digest = hashlib.sha1(json.dumps(function, sort_keys=True).encode()).hexdigest()[:8]
-    return Path(LAB_DIR, f"{str(function['target']).rsplit('.', 1)[-1]}-{digest}")
+    return Path(LAB_DIR, f"{function_name(function)}-{digest}")
 
 
 def verdict_in(sweep_dir: Path, function: dict[str, Any], check: FunctionCheck | None) -> Verdict:
     """The check.json already written, else the check's, run now (where it was passed in)."""
-    name = str(function["target"]).rsplit(".", 1)[-1]
-    relative = check_dir(function)
+    name, relative = function_name(function), check_dir(function)
     checked = sweep_dir / relative / "check.json"
     if not checked.is_file() and check is not None:
         try:
