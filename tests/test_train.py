@@ -225,7 +225,7 @@ def test_a_row_counts_dead_units_zeros_and_norms():
     stream.end_row(0, row)
     block = stream.flush()
     assert block.steps == [0] and block.sites == ["act1", "conv.act"]
-    assert block.live_units == [[3, 1]]
+    assert block.live_units.tolist() == [[3, 1]]
     row = dict(zip(streamed(["w1", "w2"], ["act1", "conv.act"]), block.rows[0]))
     assert row["loss/train"] == 1.5
     assert row["units/act1/dead_fraction"] == 0.4 and row["units/act1/exact_zeros"] == 2

@@ -4,6 +4,7 @@ own schedulers and an update written by hand."""
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -163,10 +164,11 @@ def test_the_lr_advice_measures_each_step_at_the_schedules_lr(composed):
     # Step 5's gradient is 5x step 0's, but its lr a tenth: the largest step is step 0's.
     config = composed("lr=0.1", "steps=10", "schedule=step", "schedule.milestones=[2]")
     streamed = tags.streamed(["w"], [])
-    block = Block(streamed, [], steps=[0, 5], times=[0.0, 0.0])
+    rows = []
     for gradient in (1.0, 5.0):
         values = {tags.GRAD_NORM_TOTAL: gradient, tags.WEIGHT_NORM_PREFIX + "w": 10.0}
-        block.rows.append([values.get(tag, 1.0) for tag in streamed])
+        rows.append([values.get(tag, 1.0) for tag in streamed])
+    block = Block(streamed, [], steps=[0, 5], times=[0.0, 0.0], rows=np.array(rows))
     outcome = Outcome()
     outcome.take_step_sizes(block, config)
     assert outcome.largest_step == pytest.approx(0.1 * 1.0 / 10.0)

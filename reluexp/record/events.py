@@ -140,7 +140,7 @@ class ScalarEvents:
         self, steps: Sequence[int], wall_times: Sequence[float], rows: Sequence[Sequence[float]]
     ) -> list[bytes]:
         """One serialized Event per row."""
-        if not rows:
+        if not len(rows):
             return []
         with np.errstate(over="ignore"):  # float32 as protobuf converts: out of range is ±inf
             floats = np.asarray(rows, dtype=np.float64).astype(np.float32).reshape(len(rows), -1)
@@ -300,7 +300,7 @@ class EventWriter:
         undescribed = [
             i for i, tag in enumerate(tags) if tag not in self._described and description(tag)
         ]
-        if undescribed and rows:
+        if undescribed and len(rows):
             for i in undescribed:
                 self.described_scalar(tags[i], steps[0], rows[0][i], description(tags[i]))
             self._described.update(tags[i] for i in undescribed)
@@ -309,7 +309,7 @@ class EventWriter:
                 first = [[rows[0][i] for i in rest]]
                 self.scalars([tags[i] for i in rest], steps[:1], times[:1], first)
             steps, times, rows = steps[1:], times[1:], rows[1:]
-            if not rows:
+            if not len(rows):
                 return
         key = tuple(tags)
         if key not in self._encoders:

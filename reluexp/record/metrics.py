@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 
 from reluexp._compat import float64_norms
@@ -87,22 +88,28 @@ def squared_norms(vectors: list[torch.Tensor]) -> torch.Tensor:
 
 @dataclass
 class Block:
-    """A flush's host values: the steps, their wall times and one row each (a value per tag),
-    with each activation site's count of live units; and the validation passes with their
-    steps (each [loss, accuracy, the batch's accuracy], NaN where there is none)."""
+    """A flush's host values: the steps, their wall times and one row each (n, tags), float64,
+    with each activation site's count of live units (n, sites); and the validation passes with
+    their steps (each [loss, accuracy, the batch's accuracy], NaN where there is none). Arrays,
+    not a Python object per row: what a block means and writes is computed a column at a
+    time."""
 
     tags: list[str]
     sites: list[str]
     steps: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
-    rows: list[list[float]] = field(default_factory=list)
-    live_units: list[list[int]] = field(default_factory=list)
+    rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    live_units: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     evaluation_steps: list[int] = field(default_factory=list)
     evaluations: list[list[float]] = field(default_factory=list)
 
-    def with_column(self, tag: str, values: list[float]) -> "Block":
+    def column(self, tag: str) -> np.ndarray:
+        """The rows' values of one tag."""
+        return self.rows[:, self.tags.index(tag)]
+
+    def with_column(self, tag: str, values: np.ndarray) -> "Block":
         """The block with one more tag, a value per row."""
-        rows = [[*row, value] for row, value in zip(self.rows, values)]
+        rows = np.concatenate([self.rows, np.asarray(values, dtype=np.float64)[:, None]], axis=1)
         return replace(self, tags=[*self.tags, tag], rows=rows)
 
     def first(self, n: int) -> "Block":
@@ -329,7 +336,7 @@ class MetricStream:
                 )
         host = torch.cat([columns[name] for name in self.segments], dim=1)
         block.steps, block.times = list(self.steps), list(self.times)
-        block.rows, block.live_units = host.tolist(), alive.tolist()
+        block.rows, block.live_units = host.cpu().numpy(), alive.cpu().numpy()
         self.rows, self.steps, self.times = [], [], []
         self.last_flush = time.perf_counter()
         return block

@@ -3,11 +3,12 @@ series in memory for its caller, and the article's loss lines. It decides nothin
 (run/outcome.py does): it receives the rows the run keeps and writes them."""
 
 import logging
-import math
 import time
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from reluexp.config import Config
 from reluexp.record import tags
@@ -47,32 +48,33 @@ class Recorder:
         return {"steps_with_exact_zeros": self.steps_with_exact_zeros}
 
     def write(self, block: Block) -> None:
-        streamed = block.tags
-        loss = streamed.index(tags.LOSS)
-        total = streamed.index(tags.GRAD_NORM_TOTAL)
-        exact_zeros = streamed.index(tags.EXACT_ZEROS)
-        rows = []
-        for step, row in zip(block.steps, block.rows):
-            self.series.steps.append(step)
-            self.series.losses.append(row[loss])
-            self.series.exact_zeros.append(row[exact_zeros])
-            self.steps_with_exact_zeros += row[exact_zeros] > 0
-            rows.append([*row, log10(row[loss]), log10(row[total]), self.steps_with_exact_zeros])
+        if not len(block.rows):
+            self.write_evaluations(block)
+            return
+        losses, exact_zeros = block.column(tags.LOSS), block.column(tags.EXACT_ZEROS)
+        self.series.steps.extend(block.steps)
+        self.series.losses.extend(losses.tolist())
+        self.series.exact_zeros.extend(exact_zeros.tolist())
+        with_zeros = self.steps_with_exact_zeros + np.cumsum(exact_zeros > 0)
+        self.steps_with_exact_zeros = int(with_zeros[-1])
+        for i, step in enumerate(block.steps):
             if self.config.prints_at(step):
                 # The article's line (step, repr of the loss), from the flushed value: no .item().
-                loss_log.info("%d %r", step, row[loss])
-        if self.events is None:
-            return
-        if rows:
-            log.debug("flushed %d metric rows up to step %d", len(rows), block.steps[-1])
-            self.events.scalars([*streamed, *tags.DERIVED], block.steps, block.times, rows)
-        if block.evaluation_steps:
+                loss_log.info("%d %r", step, float(losses[i]))
+        if self.events is not None:
+            log.debug("flushed %d metric rows up to step %d", len(block.rows), block.steps[-1])
+            derived = [log10(losses), log10(block.column(tags.GRAD_NORM_TOTAL)), with_zeros]
+            rows = np.column_stack([block.rows, *derived])
+            self.events.scalars([*block.tags, *tags.DERIVED], block.steps, block.times, rows)
+        self.write_evaluations(block)
+
+    def write_evaluations(self, block: Block) -> None:
+        if self.events is not None and block.evaluation_steps:
             now = [time.time()] * len(block.evaluation_steps)
             self.events.scalars(tags.VALIDATION, block.evaluation_steps, now, block.evaluations)
 
 
-def log10(value: float) -> float:
+def log10(values: np.ndarray) -> np.ndarray:
     """log10 for the charts: -inf at 0, NaN where the value is not finite."""
-    if value > 0 and math.isfinite(value):
-        return math.log10(value)
-    return -math.inf if value == 0 else math.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.isfinite(values), np.log10(values), np.nan)

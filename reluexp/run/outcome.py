@@ -7,6 +7,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from reluexp.config import Config, Optimizer
 from reluexp.record import tags
 from reluexp.record.metrics import Block
@@ -80,39 +82,51 @@ class Outcome:
         numbers. Returns the rows the run keeps: with stop_on_divergence, none after the step
         that diverged (they trained on non-finite values)."""
         self.take_evaluations(block)
-        if not block.rows:
+        if not len(block.rows):
             return block
-        streamed = block.tags
-        loss, total = streamed.index(tags.LOSS), streamed.index(tags.GRAD_NORM_TOTAL)
-        watched = watched_columns(streamed, not scaled(config))
-        kept = len(block.rows)
-        for i, (step, row) in enumerate(zip(block.steps, block.rows)):
-            if row[total] == 0:
+        watched = watched_columns(block.tags, not scaled(config))
+        finite = np.isfinite(block.rows[:, [at for at, _ in watched]])
+        broken = np.flatnonzero(~finite.all(axis=1))
+        if len(broken) and self.diverged_at is None:
+            first = int(broken[0])
+            self.diverged_at = block.steps[first]
+            # What the step computed first that is not finite.
+            self.diverged_on = watched[finite[first].argmin()][1]
+            if config.stop_on_divergence:
+                block = block.first(first + 1)
+        self.warn_of_dead_parts(block)
+        losses = block.column(tags.LOSS)
+        reached = losses[np.isfinite(losses)]
+        if len(reached):
+            self.min_loss = min(self.min_loss, float(reached.min()))
+        block = self.count_skipped(block, scaled(config))
+        self.final_loss = float(losses[-1])
+        self.take_step_sizes(block, config)
+        self.last_row = dict(zip(block.tags, block.rows[-1].tolist()))
+        if block.steps[0] == 0:
+            self.first_loss = float(losses[0])
+        return block
+
+    def warn_of_dead_parts(self, block: Block) -> None:
+        """A warning for a total gradient norm of exactly 0 and for each site whose every
+        unit is 0 on the whole batch, at the first step it happens, in the order the rows
+        show them."""
+        found = np.concatenate(
+            [(block.column(tags.GRAD_NORM_TOTAL) == 0)[:, None], block.live_units == 0], axis=1
+        )
+        at = found.argmax(axis=0)
+        for kind in sorted(np.flatnonzero(found.any(axis=0)), key=lambda kind: (at[kind], kind)):
+            step = block.steps[at[kind]]
+            if kind == 0:
                 self.warn(
                     "gradients vanished", step, "total gradient norm exactly 0, no weight moves"
                 )
-            for site, live in zip(block.sites, block.live_units[i]):
-                if live == 0:
-                    self.warn(
-                        f"activation {site} dead",
-                        step,
-                        "every unit is 0 on the whole batch, no gradient passes it",
-                    )
-            if math.isfinite(row[loss]):
-                self.min_loss = min(self.min_loss, row[loss])
-            non_finite = next((what for at, what in watched if not math.isfinite(row[at])), None)
-            if non_finite is not None and self.diverged_at is None:
-                self.diverged_at, self.diverged_on = step, non_finite
-                if config.stop_on_divergence:
-                    kept = i + 1
-                    break
-        block = self.count_skipped(block.first(kept), scaled(config))
-        self.final_loss = block.rows[-1][loss]
-        self.take_step_sizes(block, config)
-        self.last_row = dict(zip(streamed, block.rows[-1]))
-        if block.steps[0] == 0:
-            self.first_loss = block.rows[0][loss]
-        return block
+            else:
+                self.warn(
+                    f"activation {block.sites[kind - 1]} dead",
+                    step,
+                    "every unit is 0 on the whole batch, no gradient passes it",
+                )
 
     def count_skipped(self, block: Block, fp16: bool) -> Block:
         """Counts the block's recorded steps and, under fp16, those its gradient scaler skipped
@@ -121,11 +135,9 @@ class Outcome:
         self.recorded_steps += len(block.rows)
         if not fp16:
             return block
-        total = block.tags.index(tags.GRAD_NORM_TOTAL)
-        counts = []
-        for row in block.rows:
-            self.skipped_steps += not math.isfinite(row[total])
-            counts.append(self.skipped_steps)
+        skipped = ~np.isfinite(block.column(tags.GRAD_NORM_TOTAL))
+        counts = self.skipped_steps + np.cumsum(skipped)
+        self.skipped_steps = int(counts[-1])
         return block.with_column(tags.SKIPPED_STEPS, counts)
 
     def check_skipped(self, last_step: int) -> None:
@@ -196,14 +208,14 @@ class Outcome:
     def take_step_sizes(self, block: Block, config: Config) -> None:
         """The largest relative step of the update so far: the step's lr (the schedule's) x
         total gradient norm / total weight norm, for the lr advice (small_steps)."""
-        total = block.tags.index(tags.GRAD_NORM_TOTAL)
         weights = [i for i, tag in enumerate(block.tags) if tag.startswith(tags.WEIGHT_NORM_PREFIX)]
-        for at, row in zip(block.steps, block.rows):
-            norm = math.sqrt(sum(row[i] ** 2 for i in weights))
-            lr = learning_rate(config, at)
-            step = lr * row[total] / norm if norm > 0 else math.nan
-            if math.isfinite(step):
-                self.largest_step = max(self.largest_step, step)
+        norm = np.sqrt(np.square(block.rows[:, weights]).sum(axis=1))
+        lr = np.array([learning_rate(config, step) for step in block.steps])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = lr * block.column(tags.GRAD_NORM_TOTAL) / np.where(norm > 0, norm, np.nan)
+        step = step[np.isfinite(step)]
+        if len(step):
+            self.largest_step = max(self.largest_step, float(step.max()))
 
 
 def weight_norm(row: dict[str, float]) -> float:
