@@ -1,5 +1,6 @@
 """Process-wide state: what a job sets is put back, so the next job runs as it would alone."""
 
+import gc
 import os
 import signal
 import subprocess
@@ -8,8 +9,10 @@ import sys
 import pytest
 import torch
 
+from reluexp.run import runner
 from reluexp.run.process import job_environment
 from reluexp.run.signals import OWNER, StopSignals
+from tests.helpers import small_config
 
 
 def test_job_environment_puts_back_threads_rng_and_signal_handlers():
@@ -33,6 +36,34 @@ def test_job_environment_puts_back_after_a_job_that_raised():
     except RuntimeError:
         pass
     assert torch.get_num_threads() == threads
+
+
+def test_the_training_loop_leaves_the_heap_before_it_to_the_collector_and_puts_it_back(
+    monkeypatch, tmp_path
+):
+    train_loop, frozen = runner.train_loop, []
+
+    def loop(training):
+        frozen.append(gc.get_freeze_count())
+        cycle = []
+        cycle.append(cycle)  # garbage the loop makes is still collected
+        del cycle
+        frozen.append(gc.collect())
+        train_loop(training)
+
+    monkeypatch.setattr(runner, "train_loop", loop)
+    assert gc.get_freeze_count() == 0
+    runner.run(small_config(steps=2), tmp_path / "run")
+    assert frozen[0] > 10_000 and frozen[1] >= 1
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a caller's own, left as it is
+    try:
+        held = gc.get_freeze_count()
+        runner.run(small_config(steps=2), tmp_path / "frozen")
+        # Not frozen again (the run's own objects would join) nor unfrozen after.
+        assert abs(frozen[2] - held) < 50 and abs(gc.get_freeze_count() - held) < 50
+    finally:
+        gc.unfreeze()
 
 
 def test_a_stopped_worker_ignores_the_stops_second_copy_until_it_exits():

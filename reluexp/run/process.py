@@ -2,6 +2,7 @@
 so every job of an in-process sweep runs exactly as it would alone."""
 
 import ctypes
+import gc
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -44,6 +45,23 @@ def keep_freed_memory() -> Iterator[None]:
     finally:
         if applied:
             set_malloc(GLIBC_DEFAULTS, release_free_memory=True)
+
+
+@contextmanager
+def heap_left_alone() -> Iterator[None]:
+    """While the training loop runs, Python's garbage collector leaves alone what was alive
+    before it (the config, the model, torch's and Hydra's modules: ~260,000 objects), which a
+    full collection walked in ~0.1 s at a random step of a long run streaming every step (a
+    1% cost at every step of a 24-layer MLP); what the loop makes is collected as ever. Put
+    back after (gc.unfreeze); a caller's own gc.freeze() is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextmanager

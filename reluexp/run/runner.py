@@ -29,7 +29,7 @@ from reluexp.run.loop import Training, train_loop
 from reluexp.run.losses import loss_kind
 from reluexp.run.model import PROBE_EXAMPLES, Built, build_model, draw_seed
 from reluexp.run.precision import check_precision, scaled
-from reluexp.run.process import job_environment
+from reluexp.run.process import heap_left_alone, job_environment
 from reluexp.run.resumes import ResumePlan, plan_resume
 from reluexp.run.rundir import DiskReserve, hold_run
 from reluexp.run.schedule import learning_rate, scheduled
@@ -267,7 +267,8 @@ def train_to_the_end(training: Training, summary: RunSummary) -> None:
     outcome on its way out."""
     state, outcome = training.state, training.state.outcome
     try:
-        train_loop(training)
+        with heap_left_alone():
+            train_loop(training)
         if not training.stopped and training.run_dir is not None:
             training.checkpoint()
         if training.stop_signal is not None:
