@@ -2,9 +2,9 @@
 of width 100 on the article's data (`model.init=scaled lr=1e-5`: 24 layers diverge at 1e-4), and
 the digits study's CNN,
 each per step with every step streamed (log_every=1), with nothing streamed between print steps
-(log_every=1000000), and as the same training written by hand; for the MLPs, also the hand loop
-computing the streamed statistics bare, kept as a stream keeps them and dropped at once: the
-floors under what streaming every step can cost.
+(log_every=1000000), and as the same training written by hand; also the hand loop computing the
+streamed statistics bare, kept as a stream keeps them and dropped at once: the floors under what
+streaming every step can cost.
 
     python -m benchmarks.depth [--repetitions 9] [--steps 400] [--threads 1] [--device cpu]
 
@@ -14,6 +14,8 @@ the hand-written loop's (or the unstreamed run's) of the same network in the sam
 
 import argparse
 import time
+from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -25,6 +27,7 @@ from benchmarks.common import (
     summarize,
     write_section,
 )
+from benchmarks.digits_bare import DROPPED, KEPT, keep, site_statistics
 from benchmarks.digits_bare import train as digits_by_hand
 from reluexp.functions.activations import MyReLU
 from reluexp.run.process import keep_freed_memory
@@ -49,11 +52,6 @@ def mlp_overrides(depth: int, device: str) -> list[str]:
 CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu"]
 
 
-# How the hand loop computes the streamed statistics: not at all, kept until every 256 steps
-# (what a stream must at least do), or dropped as soon as computed (what the ops alone cost).
-KEPT, DROPPED = "kept", "dropped"
-
-
 def mlp_by_hand(depth: int, steps: int, device: str, statistics: str | None = None) -> float:
     """The article's loop with `depth` hidden layers: the same draws (x, y, then the weights
     scaled by sqrt(2 / fan_in)) on the CPU, moved to the device, MyReLU, the summed squared
@@ -70,7 +68,7 @@ def mlp_by_hand(depth: int, steps: int, device: str, statistics: str | None = No
         w = torch.randn(fan_in, fan_out, generator=generator) * (2 / fan_in) ** 0.5
         weights.append(w.to(device).requires_grad_())
     flat = [w.detach().view(-1) for w in weights]
-    kept: list[torch.Tensor] = []
+    kept: list[list[torch.Tensor]] = []
     with keep_freed_memory():
         start = time.perf_counter()
         for t in range(steps):
@@ -88,17 +86,14 @@ def mlp_by_hand(depth: int, steps: int, device: str, statistics: str | None = No
                 computed = []
                 if statistics:
                     for pre, post in sites:
-                        computed += [torch.count_nonzero(pre), post.amax(0), post.amin(0)]
+                        computed += site_statistics(pre, post)
                     computed += [torch.dot(g, g) for g in (w.grad.view(-1) for w in weights)]
                 for w in weights:
                     w -= LR * w.grad
                     w.grad = None
                 if statistics:
                     computed += [torch.dot(v, v) for v in flat]
-            if statistics == KEPT:
-                kept += computed
-            if len(kept) > 256 * 5 * len(weights):
-                kept.clear()
+                    keep(kept, computed, statistics)
         loss.item()  # an accelerator's queued steps end here
         return (time.perf_counter() - start) / steps
 
@@ -114,27 +109,24 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     steps, device = args.steps, args.device
-    models: dict[str, tuple[list[str], object]] = {
+    # Each model's overrides, and its hand loop (statistics=None, KEPT or DROPPED).
+    models: dict[str, tuple[list[str], Callable[..., float]]] = {
         f"MLP, {depth} hidden": (
             mlp_overrides(depth, device),
-            lambda depth=depth: mlp_by_hand(depth, steps, device),
+            partial(mlp_by_hand, depth, steps, device),
         )
         for depth in DEPTHS
     }
     cnn_overrides = [*CNN_OVERRIDES, f"device={device}"]
-    models["digits CNN"] = (cnn_overrides, lambda: digits_by_hand("cnn", steps, device))
-    floors = {
-        f"MLP, {depth} hidden: by hand, statistics {kind}": (
-            lambda depth=depth, kind=kind: mlp_by_hand(depth, steps, device, kind)
-        )
-        for depth in DEPTHS
-        for kind in (KEPT, DROPPED)
-    }
+    models["digits CNN"] = (cnn_overrides, partial(digits_by_hand, "cnn", steps, device))
     candidates = {}
     for name, (overrides, by_hand) in models.items():
         candidates |= {
             f"{name}: by hand": by_hand,
-            **{label: loop for label, loop in floors.items() if label.startswith(f"{name}:")},
+            **{
+                f"{name}: by hand, statistics {kind}": partial(by_hand, statistics=kind)
+                for kind in (KEPT, DROPPED)
+            },
             f"{name}: nothing streamed": (
                 lambda overrides=overrides: reluexp_loop(overrides, steps, NOTHING_STREAMED)
             ),
@@ -163,12 +155,9 @@ def main() -> None:
         by_hand = samples[f"{name}: by hand"]
         off = samples[f"{name}: nothing streamed"]
         on = samples[f"{name}: every step streamed"]
-        floors = [f"{name}: by hand, statistics {kind}" for kind in (KEPT, DROPPED)]
-        floor_ratios = [
-            paired_ratio(samples[label], by_hand) if label in samples else "–" for label in floors
-        ]
-        kept = samples.get(floors[0])
-        floor_ratios.append(paired_ratio(on, kept) if kept else "–")
+        floors = [samples[f"{name}: by hand, statistics {kind}"] for kind in (KEPT, DROPPED)]
+        floor_ratios = [paired_ratio(floor, by_hand) for floor in floors]
+        floor_ratios.append(paired_ratio(on, floors[0]))
         lines.append(
             f"| {name} | {summarize(by_hand, 1e6)} | {summarize(off, 1e6)} | "
             f"{summarize(on, 1e6)} | {paired_ratio(on, off)} | {paired_ratio(on, by_hand)} | "
