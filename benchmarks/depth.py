@@ -13,6 +13,7 @@ the hand-written loop's (or the unstreamed run's) of the same network in the sam
 """
 
 import argparse
+import gc
 import time
 from collections.abc import Callable
 from functools import partial
@@ -108,6 +109,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    # Every loop's garbage collections leave the imported heap alone, as reluexp's own loop does
+    # (run/process.heap_left_alone): a full one walks it in ~0.1 s, in whichever loop it falls.
+    gc.freeze()
     steps, device = args.steps, args.device
     # Each model's overrides, and its hand loop (statistics=None, KEPT or DROPPED).
     models: dict[str, tuple[list[str], Callable[..., float]]] = {
