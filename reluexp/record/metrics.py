@@ -59,31 +59,25 @@ def squared_norm(vector: torch.Tensor) -> torch.Tensor:
 
 
 def squared_norms(vectors: list[torch.Tensor]) -> torch.Tensor:
-    """||v||^2 of each `flat` vector (of one device), stacked (one value each). On the CPU a
-    BLAS dot product in its dtype (at the reference size half the time of
-    torch.linalg.vector_norm, whose reduction is not a BLAS call: benchmarks/overhead.py); where
-    a square leaves the dtype's normal range while the norm itself is finite and nonzero (in
-    float32, a norm above ~1.8e19 or below ~1.1e-19), that vector again in float64, where such
-    squares fit: a norm streams as inf only where it is inf. The squares are read once for all
-    of them (no device to wait for) and the float64 pass runs only where needed. On an
+    """||v||^2 of each `flat` vector (of one device), float64, one value each. On the CPU a BLAS
+    dot product in its dtype (at the reference size half the time of torch.linalg.vector_norm,
+    whose reduction is not a BLAS call: benchmarks/overhead.py), read at once (no device to
+    wait for): where a square leaves the dtype's normal range while the norm itself is finite
+    and nonzero (in float32, a norm above ~1.8e19 or below ~1.1e-19), that vector again in
+    float64, where such squares fit: a norm streams as inf only where it is inf. The values read
+    become one tensor (stacking the products' tensors cost more than reading them). On an
     accelerator, where a read would wait on the device every step, every norm is accumulated
     in float64, all of them in one multi-tensor kernel (_compat.float64_norms)."""
     if vectors and not vectors[0].is_cpu:
         return torch.stack(float64_norms(vectors)).square()
-    squares = [torch.dot(v, v) for v in vectors]
-    stacked = torch.stack(squares)
-    read = stacked.tolist()
-    retake = [
-        i
-        for i, (v, square) in enumerate(zip(vectors, read))
-        if v.dtype != torch.float64 and not torch.finfo(v.dtype).tiny <= square < math.inf
-    ]
-    if retake:
-        for i in retake:
-            wide = vectors[i].double()
-            squares[i] = torch.dot(wide, wide)
-        stacked = torch.stack(squares)
-    return stacked
+    squares = []
+    for v in vectors:
+        square = torch.dot(v, v).item()
+        if v.dtype != torch.float64 and not torch.finfo(v.dtype).tiny <= square < math.inf:
+            wide = v.double()
+            square = torch.dot(wide, wide).item()
+        squares.append(square)
+    return torch.tensor(squares, dtype=torch.float64)
 
 
 @dataclass
