@@ -63,9 +63,9 @@ def bare_loop(steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def reluexp_loop(steps: int, log_every: int, variant: str = "as shipped") -> float:
+def reluexp_loop(steps: int, log_every: int | None, variant: str = "as shipped") -> float:
     """runner.run's loop time per step (summary.json's wall time covers the loop and flushes),
-    as shipped or in one of VARIANTS."""
+    as shipped or in one of VARIANTS; log_every None streams as the default does."""
     with VARIANTS[variant](), tempfile.TemporaryDirectory() as run_dir:
         runner.run(Config(device="cpu", steps=steps, log_every=log_every), Path(run_dir))
         return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
@@ -154,6 +154,16 @@ def main() -> None:
         },
         args.repetitions,
     )
+    # The article's run as the default streams it (every ceil(steps / 1000)-th step) against
+    # the same run streaming nothing but its print steps.
+    default_steps = WHOLE_PROCESS_STEPS[-1]
+    default_run = alternate(
+        {
+            "as the default streams": lambda: reluexp_loop(default_steps, None),
+            "nothing streamed": lambda: reluexp_loop(default_steps, 10**9),
+        },
+        args.repetitions,
+    )
     article_script = str(REPO_ROOT / "benchmarks" / "article.py")
     # steps -> (the article's command, reluexp's), each with its argv after the interpreter.
     pairs = {
@@ -218,6 +228,18 @@ def main() -> None:
         lines.append(
             f"| {name} | {summarize(samples, 1e6)} | {statistics.median(samples) / base:.3f} "
             f"| {paired_ratio(samples, per_step['article loop'])} |"
+        )
+    lines += [
+        "",
+        f"The default run of {default_steps} steps (in-process, alternating, paired):",
+        "",
+        "| loop | µs per step | paired ratio to nothing streamed, median (quartiles) |",
+        "| --- | --- | --- |",
+    ]
+    for name, samples in default_run.items():
+        lines.append(
+            f"| {name} | {summarize(samples, 1e6)} "
+            f"| {paired_ratio(samples, default_run['nothing streamed'])} |"
         )
     lines += [
         "",
