@@ -14,7 +14,6 @@ in the same run: its streamed loop in a fresh process and its whole processes.
 
 import argparse
 import contextlib
-import json
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,15 @@ from unittest import mock
 
 import torch
 
-from benchmarks.common import alternate, machine, paired_ratio, process, summarize, write_section
+from benchmarks.common import (
+    alternate,
+    machine,
+    paired_ratio,
+    process,
+    summarize,
+    timed_train_loop,
+    write_section,
+)
 from reluexp.config import Config
 from reluexp.functions.activations import MyReLU
 from reluexp.record import metrics
@@ -64,11 +71,12 @@ def bare_loop(steps: int) -> float:
 
 
 def reluexp_loop(steps: int, log_every: int | None, variant: str = "as shipped") -> float:
-    """runner.run's loop time per step (summary.json's wall time covers the loop and flushes),
-    as shipped or in one of VARIANTS; log_every None streams as the default does."""
+    """runner.run's training loop per step (common.timed_train_loop), as shipped or in one of
+    VARIANTS; log_every None streams as the default does."""
     with VARIANTS[variant](), tempfile.TemporaryDirectory() as run_dir:
-        runner.run(Config(device="cpu", steps=steps, log_every=log_every), Path(run_dir))
-        return json.loads((Path(run_dir) / "summary.json").read_text())["wall_time_s"] / steps
+        with timed_train_loop() as seconds:
+            runner.run(Config(device="cpu", steps=steps, log_every=log_every), Path(run_dir))
+        return seconds[0] / steps
 
 
 def vector_norms_squared(vectors: list[torch.Tensor]) -> torch.Tensor:
