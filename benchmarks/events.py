@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from benchmarks.common import alternate, machine, summarize, write_section
@@ -44,7 +45,7 @@ def written_per_row(depth: int) -> float:
         blocks = []
         for b in range(BLOCKS):
             steps = list(range(b * FLUSH_ROWS, (b + 1) * FLUSH_ROWS))
-            rows = [[1.0 + step + i for i in range(len(names))] for step in steps]
+            rows = np.array([[1.0 + step + i for i in range(len(names))] for step in steps])
             blocks.append(Block(names, sites, steps, [time.time()] * FLUSH_ROWS, rows))
         start = time.perf_counter()
         for block in blocks:
