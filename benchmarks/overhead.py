@@ -101,8 +101,9 @@ VARIANTS = {
 WHOLE_PROCESS_STEPS = (1, 6000)
 # python -m reluexp without reluexp.__main__'s gc.freeze() at the end.
 WITHOUT_FREEZE = "import sys; from reluexp.cli import main; main()"
-# The streamed loop's time per step, in a fresh process of the given python (this tree's
-# layout, or an older commit's reluexp.train).
+# The streamed run's time per step, in a fresh process of the given python (this tree's
+# layout, or an older commit's reluexp.train): summary.json's wall time, which an older commit
+# also has, so its set-up and final checkpoint are included, unlike the in-process rows.
 LOOP_IN_A_PROCESS = """
 import json, sys, tempfile
 from pathlib import Path
@@ -153,7 +154,7 @@ def main() -> None:
             },
             "reluexp, stream off": lambda: reluexp_loop(args.steps, log_every=10**9),
             **{
-                f"reluexp, every step streamed, a fresh process of {name}": (
+                f"reluexp, every step streamed, a fresh process of {name} (its set-up included)": (
                     lambda python=python: loop_in_a_process(python, args.steps)
                 )
                 for name, python in pythons.items()
