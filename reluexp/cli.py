@@ -373,6 +373,9 @@ def run_job(
                     varying=(plan and plan.varying) or frozenset(),
                 )
         ended, loss = "ended", result.final_loss
+        # The summary the run wrote (a run that had ended is its summary): the closing line
+        # need not read it back.
+        summary = result.summary if isinstance(result, runner.RunResult) else result
     except runner.Interrupted as interrupted:
         ended, loss, signum = "interrupted", math.nan, interrupted.signum
     except RunHeld as held:
