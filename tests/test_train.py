@@ -217,12 +217,12 @@ def test_a_row_counts_dead_units_zeros_and_norms():
     w1.grad, w2.grad = torch.full((29, 7), 2.0), torch.zeros(5, 1)
     stream = MetricStream(["w1", "w2"], [("act1", 5), ("conv.act", 2)], {})
     update = WeightUpdate(Config(lr=0.25), {"w1": w1, "w2": w2}, [])
-    row = stream.new_row()
+    stream.start_row(0)
     # post laid out column by column (an activation may return any strides).
-    row.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T), (image, image)])
+    stream.record_activations(torch.tensor(1.5), [(pre, post.T.contiguous().T), (image, image)])
     with torch.no_grad():
-        update(row, 0)
-    stream.end_row(0, row)
+        update(stream, 0)
+    stream.end_row()
     block = stream.flush()
     assert block.steps == [0] and block.sites == ["act1", "conv.act"]
     assert block.live_units.tolist() == [[3, 1]]
@@ -262,12 +262,12 @@ def test_site_statistics_are_their_definitions_however_the_sites_are_grouped():
     names = [f"act{i}" for i in range(len(calls))]
     stream = MetricStream(["w"], list(zip(names, units)), {})
     w = torch.ones(3)
-    row = stream.new_row()
-    row.record_activations(torch.tensor(0.0), calls)
-    row.record_grad_norms([w])  # no gradient: 0
-    row.record_weight_norms([w])
-    stream.end_row(0, row)
-    assert row.layout.groups == [[0, 3, 5], [1], [2], [4]]
+    stream.start_row(0)
+    stream.record_activations(torch.tensor(0.0), calls)
+    stream.record_grad_norms([w])  # no gradient: 0
+    stream.record_weight_norms([w])
+    stream.end_row()
+    assert stream.layout.groups == [[0, 3, 5], [1], [2], [4]]
     values = dict(zip(stream.tags, stream.flush().rows[0]))
     for name, (pre, post) in zip(names, calls):
         per_unit = post.transpose(0, 1).reshape(post.shape[1], -1)
@@ -289,12 +289,12 @@ def test_a_smaller_last_batch_keeps_the_grouping_of_the_sites():
     ]
     stream = MetricStream(["w"], [("act0", 300), ("act1", 300)], {})
     for step, calls in enumerate(batches):
-        row = stream.new_row()
-        row.record_activations(torch.tensor(0.0), calls)
-        row.record_grad_norms([torch.ones(1)])
-        row.record_weight_norms([torch.ones(1)])
-        stream.end_row(step, row)
-    assert row.layout.groups == [[0], [1]]
+        stream.start_row(step)
+        stream.record_activations(torch.tensor(0.0), calls)
+        stream.record_grad_norms([torch.ones(1)])
+        stream.record_weight_norms([torch.ones(1)])
+        stream.end_row()
+    assert stream.layout.groups == [[0], [1]]
     rows = [dict(zip(stream.tags, values)) for values in stream.flush().rows]
     for values, calls in zip(rows, batches):
         for i, (pre, post) in enumerate(calls):
@@ -309,15 +309,15 @@ def recorded_row(stream: MetricStream, order: list[str]) -> dict[str, float]:
     parameter = torch.nn.Parameter(torch.zeros(4))
     parameter.grad = torch.full((4,), 3.0)
     recorders = {
-        "grads": lambda row: row.record_grad_norms([parameter]),
-        "weights": lambda row: row.record_weight_norms([torch.full((9,), 2.0)]),
-        "params": lambda row: row.record_activation_params([torch.tensor([0.5])]),
+        "grads": lambda stream: stream.record_grad_norms([parameter]),
+        "weights": lambda stream: stream.record_weight_norms([torch.full((9,), 2.0)]),
+        "params": lambda stream: stream.record_activation_params([torch.tensor([0.5])]),
     }
-    row = stream.new_row()
-    row.record_activations(torch.tensor(7.0), [(torch.ones(2, 3), torch.ones(2, 3))])
+    stream.start_row(0)
+    stream.record_activations(torch.tensor(7.0), [(torch.ones(2, 3), torch.ones(2, 3))])
     for name in order:
-        recorders[name](row)
-    stream.end_row(0, row)
+        recorders[name](stream)
+    stream.end_row()
     return dict(zip(stream.tags, stream.flush().rows[0]))
 
 
@@ -381,15 +381,16 @@ def test_a_parameter_whose_tag_is_the_totals_is_one_line(tmp_path):
 )
 def test_a_forward_that_calls_its_sites_otherwise_is_refused_by_name(shapes, message):
     stream = MetricStream(["w"], [("act0", 4), ("act1", 4)], {})
-    for step, site_shapes in enumerate([[(3, 4), (3, 4)], shapes]):
-        row = stream.new_row()
-        calls = [(torch.ones(shape), torch.ones(shape)) for shape in site_shapes]
-        row.record_activations(torch.tensor(0.0), calls)
-        row.record_grad_norms([torch.ones(1)])
-        if step == 0:
-            stream.end_row(step, row)
+    first, second = (
+        [(torch.ones(shape), torch.ones(shape)) for shape in calls]
+        for calls in ([(3, 4), (3, 4)], shapes)
+    )
+    stream.start_row(0)
+    stream.record_activations(torch.tensor(0.0), first)
+    stream.end_row()
+    stream.start_row(1)
     with pytest.raises(RuntimeError, match=f"^{re.escape(message)}"):
-        stream.end_row(step, row)
+        stream.record_activations(torch.tensor(0.0), second)
 
 
 @pytest.mark.parametrize(

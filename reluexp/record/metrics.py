@@ -1,5 +1,6 @@
-"""Per-step metrics: a few torch ops on the device per logged step, brought to the host in blocks
-(one stack and one copy per block: no host sync between flushes)."""
+"""Per-step metrics: a few torch ops on the device per logged step, written into a block allocated
+once, brought to the host a block at a time (one copy per block: no host sync between
+flushes)."""
 
 import functools
 import math
@@ -36,15 +37,19 @@ def unit_dims(dim: int) -> tuple[int, ...]:
     return (0, *range(2, dim)) if dim in (4, 5) else (0,)
 
 
-def per_unit(post: torch.Tensor, dims: tuple[int, ...], reduce: Callable) -> torch.Tensor:
-    """reduce (torch.amax or torch.amin) of `post` over `dims` (the batch, then positions):
+def per_unit(
+    post: torch.Tensor, dims: tuple[int, ...], reduce: Callable, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """reduce (torch.amax or torch.amin) of `post` over `dims` (the batch, then positions),
+    into `out` where given:
     over the batch first, an elementwise reduction of contiguous examples, then over each
     channel's positions. One reduction over all of them was up to 20x slower for small images
     ((128, 32, 4, 4): 222 us against 11, one thread, measured alone) and within a fifth either
     way for larger ones. Exact either way: an extreme does not depend on the order."""
     batch, *positions = dims
-    reduced = reduce(post, dim=batch)
-    return reduce(reduced, dim=tuple(d - 1 for d in positions)) if positions else reduced
+    if not positions:
+        return reduce(post, dim=batch, out=out)
+    return reduce(reduce(post, dim=batch), dim=tuple(d - 1 for d in positions), out=out)
 
 
 def units_of(post: torch.Tensor) -> int:
@@ -170,82 +175,26 @@ def shapes_of(calls: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple]:
     return [(post.shape, post.device) for _, post in calls]
 
 
-@dataclass
-class MetricRow:
-    """One logged step's values, each under its segment (tags.segments), whatever order they
-    are recorded in: `record_activations` after the backward, `record_grad_norms` before the
-    update, `record_weight_norms` and `record_activation_params` after it. They stay on the
-    device until the flush.
-
-    At the reference size an op costs more in dispatch than in arithmetic, and more again
-    once the step's own data has left the caches: a row holds each value as the op that
-    made it returned it (no copy, no reshape), and the flush stacks them a kind at a time."""
-
-    loss: torch.Tensor | None = None
-    # The values recorded on the device by segment (tags.segments): the gradients' and the
-    # weights' squared norms, the activation's parameter statistics, one-dimensional tensors.
-    # By name, not position: the order they are recorded in does not decide their tags.
-    recorded: dict[str, list[torch.Tensor]] = field(default_factory=dict)
-    # Each site's count of nonzero inputs, in the layout's grouped order.
-    nonzero: list[torch.Tensor] = field(default_factory=list)
-    # Per group of sites (SiteLayout), each unit's largest and smallest output over the batch
-    # ((units...) for a lone site, (sites, units...) for several; a channel is one unit).
-    unit_max: list[torch.Tensor] = field(default_factory=list)
-    unit_min: list[torch.Tensor] = field(default_factory=list)
-    # The stream's layout of the sites (None before its first row), or this row's own where
-    # its forward called them otherwise (MetricStream.end_row refuses it).
-    layout: SiteLayout | None = None
-
-    def record_activations(self, loss: torch.Tensor, calls: list) -> None:
-        """The loss, and each activation call's (input, output), in its sites' order: each
-        site's count of nonzero inputs (one full count a site: faster than any count along a
-        dimension), and per group of sites (SiteLayout) each unit's extremes over the batch
-        (and, for a channel, its positions: unit_dims), reduced from the group's outputs
-        stacked."""
-        self.loss = loss.detach()
-        if self.layout is None or self.layout.shapes != shapes_of(calls):
-            self.layout = SiteLayout(calls, self.layout)
-        layout = self.layout
-        for sites in layout.groups:
-            if len(sites) == 1:
-                post = calls[sites[0]][1]
-                dims = unit_dims(post.dim())
-            else:
-                post = torch.stack([calls[site][1] for site in sites])  # (sites, batch, ...)
-                dims = tuple(d + 1 for d in unit_dims(post.dim() - 1))
-            self.unit_max.append(per_unit(post, dims, torch.amax))
-            self.unit_min.append(per_unit(post, dims, torch.amin))
-        self.nonzero = [torch.count_nonzero(calls[site][0]) for site in layout.grouped]
-
-    def record_grad_norms(self, params: list[torch.Tensor]) -> None:
-        """Each parameter's gradient's squared norm (0 where the loss does not reach it)."""
-        grads = [flat(p.grad) if p.grad is not None else p.new_zeros(1) for p in params]
-        self.recorded[tags.GRAD_NORMS] = [squared_norms(grads)]
-
-    def record_weight_norms(self, flat_params: list[torch.Tensor]) -> None:
-        """The parameters as `flat` views, taken once per run."""
-        self.recorded[tags.WEIGHT_NORMS] = [squared_norms(flat_params)]
-
-    def record_activation_params(self, params: list[torch.Tensor]) -> None:
-        """A scalar parameter's value; a tensor's squared norm, mean, min, max
-        (tags.activation_params)."""
-        values = []
-        for p in params:
-            p = p.detach()
-            if p.numel() == 1:  # a copy: the parameter changes in place at the next update
-                values.append(p.reshape(1).clone())
-            else:
-                values.append(torch.stack([squared_norm(flat(p)), p.mean(), p.min(), p.max()]))
-        self.recorded[tags.ACTIVATION_PARAMS] = values
+# The segments a logged step records by name, in any order (the loss, the counts and the
+# extremes are recorded with the activations).
+RECORDED = (tags.GRAD_NORMS, tags.WEIGHT_NORMS, tags.ACTIVATION_PARAMS)
 
 
 class MetricStream:
-    """Records every logged step's metrics on the device; hands them to the host in blocks.
+    """Records every logged step's metrics into a block of FLUSH_ROWS rows on the run's device,
+    allocated at the first row and written in place, and hands the block to the host with one
+    copy per flush: no Python object per row, no stack at the flush.
 
-    At the reference size an op costs more in dispatch than in arithmetic: a logged step runs
-    a count and two reductions per activation site and one dot product per parameter before
-    its update and one after, and keeps their results; a flush stacks the block's rows and
-    reads them with one copy. The weight norms are those of the weights the step produced."""
+    A row is recorded between start_row and end_row: first `record_activations`, after the
+    backward (it lays the block out at the first row), then `record_grad_norms` before the
+    update, `record_weight_norms` and `record_activation_params` after it (in any order: each
+    writes its own columns). At the
+    reference size an op costs more in dispatch than in arithmetic: a logged step runs a count
+    per activation site, two reductions per group of sites (SiteLayout) written into the
+    block with `out=`, and one dot product per parameter before its update and one after (the
+    weight norms are those of the weights the step produced). On the CPU a scalar is read at
+    once into the block's numpy view (there is no device to wait for); on an accelerator it is
+    copied into the block on the device."""
 
     def __init__(
         self,
@@ -272,38 +221,150 @@ class MetricStream:
             for size in activation_param_sizes.values()
             for square in ([False] if size == 1 else [True, False, False, False])
         ]
-        self.rows: list[MetricRow] = []
+        # The block's columns (float64): the loss, each RECORDED segment (a column per tag),
+        # then each site's count of nonzero inputs in the layout's grouped order.
+        self.columns: dict[str, slice] = {}
+        start = 0
+        for name in (tags.LOSS_SEGMENT, *RECORDED):
+            width = len(self.segments[name])
+            self.columns[name] = slice(start, start + width)
+            start += width
+        self.nonzero = slice(start, start + len(self.sites))
+        self.values: torch.Tensor | None = None  # (FLUSH_ROWS, columns), from the first row
+        self.host: np.ndarray | None = None  # its numpy view, on the CPU
+        # Each row's input elements per site, in the layout's grouped order (a smaller last
+        # batch has fewer).
+        self.elements = np.zeros((FLUSH_ROWS, len(self.sites)), dtype=np.int64)
+        # Per group of sites (SiteLayout), each row's largest and smallest output per unit
+        # over the batch ((FLUSH_ROWS, 2, units...) for a lone site, (FLUSH_ROWS, 2, sites,
+        # units...) for several; a channel is one unit), in the outputs' dtype.
+        self.extremes: list[torch.Tensor] = []
+        # The same per row: (largest, smallest) views, taken once (an index costs as much as
+        # the reduction that writes into it).
+        self.extremes_of_row: list[list[tuple[torch.Tensor, ...]]] = []
+        # How the sites' statistics are grouped, from the first recorded step.
+        self.layout: SiteLayout | None = None
+        self.row = 0  # the block's rows ended so far: the row being recorded
+        self.step = 0  # the step being recorded
         self.steps: list[int] = []
         self.times: list[float] = []
         # Validation passes waiting on the device: (step, [loss, accuracy, batch accuracy]).
         self.evaluations: list[tuple[int, torch.Tensor]] = []
         self.last_flush = time.perf_counter()
-        # How the sites' statistics are grouped, from the first recorded step.
-        self.layout: SiteLayout | None = None
 
-    def new_row(self) -> MetricRow:
-        return MetricRow(layout=self.layout)
+    def start_row(self, step: int) -> None:
+        self.step = step
 
-    def end_row(self, step: int, row: MetricRow) -> None:
-        calls = len(row.nonzero)
-        if calls != len(self.sites):
+    def put(self, columns: slice, values: torch.Tensor) -> None:
+        """values (of the block's device, one per column) into the row's columns: on the CPU
+        read at once into the block's numpy view, elsewhere copied on the device."""
+        if self.host is not None:
+            self.host[self.row, columns] = values.numpy()
+        else:
+            self.values[self.row, columns] = values
+
+    def put_scalars(self, columns: slice, scalars: list[torch.Tensor]) -> None:
+        """0-d tensors into the row's columns: on the CPU each read (a few reads cost less than
+        a stack), elsewhere stacked on the device."""
+        if self.host is not None:
+            self.host[self.row, columns] = [scalar.item() for scalar in scalars]
+        else:
+            self.values[self.row, columns] = torch.stack(scalars)
+
+    def record(self, segment: str, values: torch.Tensor) -> None:
+        columns = self.columns[segment]
+        if values.numel() != columns.stop - columns.start:
             raise RuntimeError(
-                f"the model called its activation {calls} times at step {step}, "
+                f"the stream's {segment} segment has {values.numel()} values a row and "
+                f"{columns.stop - columns.start} tags"
+            )
+        self.put(columns, values)
+
+    def record_activations(self, loss: torch.Tensor, calls: list) -> None:
+        """The loss, and each activation call's (input, output), in its sites' order: each
+        site's count of nonzero inputs (one full count a site: faster than any count along a
+        dimension), and per group of sites (SiteLayout) each unit's extremes over the batch
+        (and, for a channel, its positions: unit_dims), reduced from the group's outputs
+        stacked."""
+        if len(calls) != len(self.sites):
+            raise RuntimeError(
+                f"the model called its activation {len(calls)} times at step {self.step}, "
                 f"{len(self.sites)} times on the probe it was built with; the streamed sites "
                 "are those of the probe (a model that calls it a varying number of times "
                 "cannot be streamed)"
             )
         if self.layout is None:
-            self.layout = row.layout
-        elif row.layout is not self.layout and row.layout.groups != self.layout.groups:
-            raise RuntimeError(
-                f"the shapes the model's activation sites take changed at step {step}: one "
-                "site's shape changed, another's did not (their statistics are reduced "
-                "together by shape)"
+            self.allocate(loss.device, calls)
+        elif self.layout.shapes != shapes_of(calls):
+            layout = SiteLayout(calls, self.layout)
+            if layout.groups != self.layout.groups:
+                raise RuntimeError(
+                    f"the shapes the model's activation sites take changed at step "
+                    f"{self.step}: one site's shape changed, another's did not (their "
+                    "statistics are reduced together by shape)"
+                )
+            self.layout = layout
+        layout, row = self.layout, self.row
+        self.put_scalars(self.columns[tags.LOSS_SEGMENT], [loss.detach()])
+        for sites, extremes in zip(layout.groups, self.extremes_of_row):
+            if len(sites) == 1:
+                post = calls[sites[0]][1]
+                dims = unit_dims(post.dim())
+            else:
+                post = torch.stack([calls[site][1] for site in sites])  # (sites, batch, ...)
+                dims = tuple(d + 1 for d in unit_dims(post.dim() - 1))
+            largest, smallest = extremes[row]
+            per_unit(post, dims, torch.amax, out=largest)
+            per_unit(post, dims, torch.amin, out=smallest)
+        if self.sites:
+            counts = [torch.count_nonzero(calls[site][0]) for site in layout.grouped]
+            self.put_scalars(self.nonzero, counts)
+        self.elements[row] = layout.elements
+
+    def allocate(self, device: torch.device, calls: list) -> None:
+        """The block, on the device, laid out by the first row's sites."""
+        self.layout = SiteLayout(calls)
+        width = self.nonzero.stop
+        self.values = torch.zeros(FLUSH_ROWS, width, dtype=torch.float64, device=device)
+        self.host = self.values.numpy() if device.type == "cpu" else None
+        self.extremes = []
+        for sites in self.layout.groups:
+            post = calls[sites[0]][1]
+            units = tuple(
+                post.shape[d] for d in range(post.dim()) if d not in unit_dims(post.dim())
             )
-        self.rows.append(row)
-        self.steps.append(step)
+            shape = (FLUSH_ROWS, 2, *([len(sites)] if len(sites) > 1 else []), *units)
+            self.extremes.append(torch.empty(shape, dtype=post.dtype, device=post.device))
+        self.extremes_of_row = [
+            [row.unbind(0) for row in extremes.unbind(0)] for extremes in self.extremes
+        ]
+
+    def record_grad_norms(self, params: list[torch.Tensor]) -> None:
+        """Each parameter's gradient's squared norm (0 where the loss does not reach it)."""
+        grads = [flat(p.grad) if p.grad is not None else p.new_zeros(1) for p in params]
+        self.record(tags.GRAD_NORMS, squared_norms(grads))
+
+    def record_weight_norms(self, flat_params: list[torch.Tensor]) -> None:
+        """The parameters as `flat` views, taken once per run."""
+        self.record(tags.WEIGHT_NORMS, squared_norms(flat_params))
+
+    def record_activation_params(self, params: list[torch.Tensor]) -> None:
+        """A scalar parameter's value; a tensor's squared norm, mean, min, max
+        (tags.activation_params)."""
+        values = []
+        for p in params:
+            p = p.detach()
+            if p.numel() == 1:
+                values.append(p.reshape(1))
+            else:
+                values.append(torch.stack([squared_norm(flat(p)), p.mean(), p.min(), p.max()]))
+        if values:
+            self.record(tags.ACTIVATION_PARAMS, torch.cat(values))
+
+    def end_row(self) -> None:
+        self.steps.append(self.step)
         self.times.append(time.time())
+        self.row += 1
 
     def record_evaluation(self, step: int, values: torch.Tensor) -> None:
         """A validation pass's [loss, accuracy, the batch's accuracy], kept on the device
@@ -313,65 +374,51 @@ class MetricStream:
     @property
     def due(self) -> bool:
         """The block is full, or old enough that a slow run should stream what it has."""
-        full = len(self.steps) == FLUSH_ROWS
+        full = self.row == FLUSH_ROWS
         return full or time.perf_counter() - self.last_flush > FLUSH_SECONDS
 
     def flush(self) -> Block:
-        """The recorded rows on the host, in self.tags' order, each kind stacked and copied
-        once per block (at a flush, ops cost more in dispatch than in arithmetic too), and the
-        validation passes; the stream is then empty."""
+        """The recorded rows on the host, in self.tags' order, with one copy, and the
+        validation passes; the stream is then empty (its block is written over)."""
         block = Block(self.tags, self.sites)
         if self.evaluations:
             block.evaluation_steps = [step for step, _ in self.evaluations]
             block.evaluations = torch.stack([v for _, v in self.evaluations]).tolist()
             self.evaluations = []
-        rows = self.rows
-        if not rows:
+        if not self.row:
             return block
-        columns, alive = self.columns(rows)
-        # The row is its segments in tags.segments' order, each checked against its tags.
-        for name, segment in self.segments.items():
-            if columns[name].shape[1] != len(segment):
-                raise RuntimeError(
-                    f"the stream's {name} segment has {columns[name].shape[1]} values a row "
-                    f"and {len(segment)} tags"
-                )
+        columns, alive = self.block_columns()
         host = torch.cat([columns[name] for name in self.segments], dim=1)
-        block.steps, block.times = list(self.steps), list(self.times)
+        block.steps, block.times = self.steps, self.times
         block.rows, block.live_units = host.cpu().numpy(), alive.cpu().numpy()
-        self.rows, self.steps, self.times = [], [], []
+        self.row, self.steps, self.times = 0, [], []
         self.last_flush = time.perf_counter()
         return block
 
-    def columns(self, rows: list[MetricRow]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Each segment's values for the rows (n, its tags), float64, by name; and each row's
-        live units per site (n, sites)."""
-        n = len(rows)
-
-        def stacked(segment: str) -> torch.Tensor:
-            values = [v for row in rows for v in row.recorded.get(segment, [])]
-            if not values:
-                return torch.zeros(n, 0, dtype=torch.float64, device=rows[0].loss.device)
-            return torch.cat(values).double().reshape(n, -1)
-
-        grad_squares, params = stacked(tags.GRAD_NORMS), stacked(tags.ACTIVATION_PARAMS)
+    def block_columns(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Each segment's values for the block's rows (n, its tags), float64, by name; and
+        each row's live units per site (n, sites)."""
+        n = self.row
+        values = self.values[:n]
+        grad_squares = values[:, self.columns[tags.GRAD_NORMS]]
+        params = values[:, self.columns[tags.ACTIVATION_PARAMS]]
         squared = torch.tensor(self.squared_params, dtype=torch.bool, device=params.device)
         columns = {
-            tags.LOSS_SEGMENT: torch.stack([row.loss for row in rows]).double().reshape(n, 1),
+            tags.LOSS_SEGMENT: values[:, self.columns[tags.LOSS_SEGMENT]],
             tags.GRAD_NORMS: grad_squares.sqrt(),
             tags.GRAD_TOTAL: grad_squares.sum(dim=1, keepdim=True).sqrt(),
-            tags.WEIGHT_NORMS: stacked(tags.WEIGHT_NORMS).sqrt(),
+            tags.WEIGHT_NORMS: values[:, self.columns[tags.WEIGHT_NORMS]].sqrt(),
             tags.ACTIVATION_PARAMS: torch.where(squared, params.sqrt(), params),
-            tags.OF_THE_STEP: grad_squares.new_tensor(
+            tags.OF_THE_STEP: values.new_tensor(
                 [[value(step) for value in self.of_the_step.values()] for step in self.steps]
             ).reshape(n, -1),
         }
         if not self.sites:  # a model without activation sites: nothing dead, no zeros counted
-            columns[tags.UNITS] = grad_squares.new_zeros(n, 2)
-            columns[tags.SITES] = grad_squares.new_zeros(n, 0)
+            columns[tags.UNITS] = values.new_zeros(n, 2)
+            columns[tags.SITES] = values.new_zeros(n, 0)
             return columns, torch.zeros(n, 0, dtype=torch.long)
-        units = torch.tensor(self.units, dtype=torch.float64, device=grad_squares.device)
-        exact_zeros, alive, output_max, output_min = self.site_statistics()
+        units = torch.tensor(self.units, dtype=torch.float64, device=values.device)
+        exact_zeros, alive, output_max, output_min = self.site_statistics(values)
         dead = 1 - alive.double() / units
         columns[tags.UNITS] = torch.cat(
             [
@@ -384,27 +431,24 @@ class MetricStream:
         columns[tags.SITES] = per_site.reshape(n, -1)
         return columns, alive
 
-    def site_statistics(self) -> tuple[torch.Tensor, ...]:
+    def site_statistics(self, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Per row and site (n, sites): its inputs' exact zeros, its live units, its output's
-        largest and smallest value, reduced a group of sites at a time (every row groups them
-        alike: end_row). A unit is alive when some example of the batch gives it a nonzero
-        activation (NaN included: a diverging run's units are not reported dead)."""
-        rows, n = self.rows, len(self.rows)
-        # Per row, in the layout's grouped order (a smaller last batch has fewer elements).
-        nonzero = torch.stack([count for row in rows for count in row.nonzero]).reshape(n, -1)
-        elements = torch.tensor([row.layout.elements for row in rows], device=nonzero.device)
+        largest and smallest value, reduced a group of sites at a time. A unit is alive when
+        some example of the batch gives it a nonzero activation (NaN included: a diverging
+        run's units are not reported dead)."""
+        n = self.row
+        elements = torch.from_numpy(self.elements[:n]).to(values.device)
         alive, output_max, output_min = [], [], []
-        for g, sites in enumerate(self.layout.groups):
+        for sites, extremes in zip(self.layout.groups, self.extremes):
             shape = (n, len(sites), -1)
-            unit_max = torch.stack([row.unit_max[g] for row in rows]).reshape(shape)
-            unit_min = torch.stack([row.unit_min[g] for row in rows]).reshape(shape)
+            unit_max, unit_min = extremes[:n, 0].reshape(shape), extremes[:n, 1].reshape(shape)
             alive.append(torch.count_nonzero((unit_max != 0) | (unit_min != 0), dim=2))
             output_max.append(unit_max.amax(dim=2).double())
             output_min.append(unit_min.amin(dim=2).double())
         # Back to the sites' order, from the groups'.
         in_order = torch.tensor(self.layout.grouped).argsort()
         grouped = [
-            (elements - nonzero).double(),
+            elements - values[:, self.nonzero],
             *(torch.cat(column, dim=1) for column in (alive, output_max, output_min)),
         ]
         return tuple(column[:, in_order] for column in grouped)

@@ -122,9 +122,9 @@ def train_loop(training: Training) -> None:
             raise CompileFailed(config.activation.target, error) from error
         state.update.backward(loss)
         with torch.no_grad():
-            row = stream.new_row() if recording else None
-            if row is not None:
-                row.record_activations(loss, capture.take())
+            if recording:
+                stream.start_row(step)
+                stream.record_activations(loss, capture.take())
             # Held-out data, with the weights the step's loss saw (before its update), beside
             # the accuracy on the step's batch.
             if data.x_val is not None and (step % config.eval_every == 0 or last):
@@ -134,9 +134,9 @@ def train_loop(training: Training) -> None:
                 stream.record_evaluation(
                     step, evaluation(val_loss, val_logits, data.y_val, logits, y)
                 )
-            state.update(row, step)
-            if row is not None:
-                stream.end_row(step, row)
+            state.update(stream if recording else None, step)
+            if recording:
+                stream.end_row()
         state.step += 1
         if stream.due:
             training.flush()

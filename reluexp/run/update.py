@@ -6,7 +6,7 @@ from typing import Any
 import torch
 
 from reluexp.config import Config, Optimizer, OptimizerConfig
-from reluexp.record.metrics import MetricRow, flat
+from reluexp.record.metrics import MetricStream, flat
 from reluexp.run.precision import GradientScaling, fused
 from reluexp.run.schedule import learning_rate
 
@@ -77,12 +77,13 @@ class WeightUpdate:
     def backward(self, loss: torch.Tensor) -> None:
         self.scaling.backward(loss)
 
-    def __call__(self, row: MetricRow | None, step: int) -> None:
-        """The update of training step `step` (its lr the schedule's)."""
+    def __call__(self, stream: MetricStream | None, step: int) -> None:
+        """The update of training step `step` (its lr the schedule's); its norms recorded in
+        the stream's row where the step is recorded."""
         lr = learning_rate(self.config, step)
         self.scaling.unscale(self.optimizer)
-        if row is not None:
-            row.record_grad_norms(self.params)
+        if stream is not None:
+            stream.record_grad_norms(self.params)
         if self.optimizer is None:
             self.seed_update(self.params, lr)
         else:
@@ -90,9 +91,9 @@ class WeightUpdate:
                 group["lr"] = lr
             self.scaling.step(self.optimizer)
             self.optimizer.zero_grad()
-        if row is not None:
-            row.record_weight_norms(self.flat_params)
-            row.record_activation_params(self.activation_params)
+        if stream is not None:
+            stream.record_weight_norms(self.flat_params)
+            stream.record_activation_params(self.activation_params)
 
     def seed_update(self, tensors: list[torch.Tensor], lr: float) -> None:
         for w in tensors:
