@@ -16,6 +16,8 @@ import torch
 from sklearn.datasets import load_digits
 from torch import nn
 
+from reluexp.record.metrics import nonzeros
+
 BATCH, LR, EVAL_EVERY = 128, 0.1, 10
 # How a hand loop computes the statistics reluexp streams: kept for STREAM_BLOCK steps (what a
 # stream must at least do, as reluexp's flushes do), or dropped as soon as computed (what the
@@ -25,13 +27,14 @@ STREAM_BLOCK = 256
 
 
 def site_statistics(pre: torch.Tensor, post: torch.Tensor) -> list[torch.Tensor]:
-    """What reluexp streams of an activation site, bare: its input's nonzeros, and its output's
+    """What reluexp streams of an activation site, bare: its input's nonzeros (counted as reluexp
+    counts them: metrics.nonzeros), and its output's
     largest and smallest value per unit over the batch (a channel of an image is one unit: its
     positions reduced too, after the batch)."""
     high, low = post.amax(0), post.amin(0)
     if post.dim() == 4:
         high, low = high.amax((1, 2)), low.amin((1, 2))
-    return [torch.count_nonzero(pre), high, low]
+    return [nonzeros(pre), high, low]
 
 
 def keep(kept: list[list[torch.Tensor]], computed: list[torch.Tensor], statistics: str) -> None:

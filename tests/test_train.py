@@ -11,7 +11,7 @@ import torch
 from reluexp.config import Config, ConfigError
 from reluexp.functions.targets import layers_of
 from reluexp.record import tags
-from reluexp.record.metrics import MetricStream
+from reluexp.record.metrics import COUNTED_AS_IS, MetricStream, nonzeros
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
 from reluexp.run.data import Dataset
@@ -276,6 +276,13 @@ def test_site_statistics_are_their_definitions_however_the_sites_are_grouped():
         assert values[f"units/{name}/exact_zeros"] == (pre == 0).sum() > 0
         assert values[f"units/{name}/output_max"] == post.max()
         assert values[f"units/{name}/output_min"] == post.min()
+
+
+@pytest.mark.parametrize("size", [COUNTED_AS_IS, COUNTED_AS_IS + 1])
+def test_nonzeros_counts_nan_and_not_negative_zero_on_either_side_of_the_direct_count(size):
+    values = torch.zeros(size)
+    values[:7] = torch.tensor([1.0, -0.0, math.nan, -2.0, 0.0, math.inf, 1e-45])
+    assert nonzeros(values).item() == 5
 
 
 def test_a_smaller_last_batch_keeps_the_grouping_of_the_sites():

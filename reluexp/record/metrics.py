@@ -59,6 +59,19 @@ def units_of(post: torch.Tensor) -> int:
     return math.prod(post.shape[d] for d in range(post.dim()) if d not in unit_dims(post.dim()))
 
 
+# torch.count_nonzero (2.13, CPU, one thread) counts up to this many elements at ~0.4 ns each
+# and more at ~2.3 ns each (its path for large inputs is not vectorized); the bools of a
+# comparison are counted at ~0.9 ns an element: a (128, 16, 8, 8) site's count 3.4x as fast.
+COUNTED_AS_IS = 16384
+
+
+def nonzeros(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's count of nonzero elements (NaN included), a 0-d tensor on its device."""
+    if tensor.is_cpu and tensor.numel() > COUNTED_AS_IS:
+        tensor = tensor.ne(0)
+    return torch.count_nonzero(tensor)
+
+
 def squared_norm(vector: torch.Tensor) -> torch.Tensor:
     """||vector||^2 (a `flat` tensor), as squared_norms takes it."""
     return squared_norms([vector])[0]
@@ -317,7 +330,7 @@ class MetricStream:
             per_unit(post, dims, torch.amax, out=largest)
             per_unit(post, dims, torch.amin, out=smallest)
         if self.sites:
-            counts = [torch.count_nonzero(calls[site][0]) for site in layout.grouped]
+            counts = [nonzeros(calls[site][0]) for site in layout.grouped]
             self.put_scalars(self.nonzero, counts)
         self.elements[row] = layout.elements
 
