@@ -53,13 +53,20 @@ def mlp_overrides(depth: int, device: str) -> list[str]:
 CNN_OVERRIDES = ["model=cnn", "data=digits", "activation=relu"]
 
 
-def mlp_by_hand(depth: int, steps: int, device: str, statistics: str | None = None) -> float:
+def mlp_by_hand(
+    depth: int,
+    steps: int,
+    device: str,
+    statistics: str | None = None,
+    recorded: Callable[[int], bool] | None = None,
+) -> float:
     """The article's loop with `depth` hidden layers: the same draws (x, y, then the weights
     scaled by sqrt(2 / fan_in)) on the CPU, moved to the device, MyReLU, the summed squared
     error, w -= LR * w.grad. With `statistics` (KEPT or DROPPED), every step also computes what
     reluexp streams, bare: a dot product per gradient and per weight, and per site its input's
     nonzeros and its output's largest and smallest value per unit (no bookkeeping: KEPT is
-    the floor of streaming every step, DROPPED the floor of computing its statistics at all)."""
+    the floor of streaming every step, DROPPED the floor of computing its statistics at all);
+    with `recorded`, only at the steps it accepts (a run's cadence: benchmarks/overhead.py)."""
     generator = torch.Generator("cpu").manual_seed(42)
     x = torch.randn(64, 1000, generator=generator).to(device)
     y = torch.randn(64, 10, generator=generator).to(device)
@@ -74,10 +81,11 @@ def mlp_by_hand(depth: int, steps: int, device: str, statistics: str | None = No
         start = time.perf_counter()
         for t in range(steps):
             h, sites = x, []
+            computing = statistics and (recorded is None or recorded(t))
             for w in weights[:-1]:
                 pre = h.mm(w)
                 h = MyReLU.apply(pre)
-                if statistics:
+                if computing:
                     sites.append((pre.detach(), h.detach()))
             loss = (h.mm(weights[-1]) - y).pow(2).sum()
             if t % 100 == 99:
@@ -85,14 +93,14 @@ def mlp_by_hand(depth: int, steps: int, device: str, statistics: str | None = No
             loss.backward()
             with torch.no_grad():
                 computed = []
-                if statistics:
+                if computing:
                     for pre, post in sites:
                         computed += site_statistics(pre, post)
                     computed += [torch.dot(g, g) for g in (w.grad.view(-1) for w in weights)]
                 for w in weights:
                     w -= LR * w.grad
                     w.grad = None
-                if statistics:
+                if computing:
                     computed += [torch.dot(v, v) for v in flat]
                     keep(kept, computed, statistics)
         loss.item()  # an accelerator's queued steps end here
