@@ -10,7 +10,7 @@ import torch
 
 from reluexp.config import Config, ConfigError
 from reluexp.functions.targets import layers_of
-from reluexp.record import tags
+from reluexp.record import metrics, tags
 from reluexp.record.metrics import COUNTED_AS_IS, MetricStream, nonzeros
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
@@ -283,6 +283,31 @@ def test_nonzeros_counts_nan_and_not_negative_zero_on_either_side_of_the_direct_
     values = torch.zeros(size)
     values[:7] = torch.tensor([1.0, -0.0, math.nan, -2.0, 0.0, math.inf, 1e-45])
     assert nonzeros(values).item() == 5
+
+
+def test_a_block_of_sites_with_many_units_holds_fewer_rows_and_keeps_every_value(monkeypatch):
+    # Each row's extremes take 2 x 6 x 4 bytes: a budget of 100 bytes holds two rows a block.
+    monkeypatch.setattr(metrics, "EXTREMES_BYTES", 100)
+    stream = MetricStream(["w"], [("act", 6)], {})
+    blocks = []
+    for step in range(5):
+        pre = torch.arange(12.0).reshape(2, 6) - step  # one exact zero a step
+        stream.start_row(step)
+        stream.record_activations(torch.tensor(float(step)), [(pre, pre.clamp(min=0))])
+        stream.record_grad_norms([torch.ones(1)])
+        stream.record_weight_norms([torch.full((4,), float(step))])
+        stream.end_row()
+        if stream.due:
+            blocks.append(stream.flush())
+    blocks.append(stream.flush())
+    assert stream.capacity == 2
+    assert [block.steps for block in blocks] == [[0, 1], [2, 3], [4]]
+    rows = [dict(zip(stream.tags, row)) for block in blocks for row in block.rows]
+    for step, row in enumerate(rows):
+        assert row["loss/train"] == step
+        assert row["norm/weight_w"] == 2 * step
+        assert row["units/act/exact_zeros"] == 1
+        assert row["units/act/output_max"] == 11 - step
 
 
 def test_a_smaller_last_batch_keeps_the_grouping_of_the_sites():

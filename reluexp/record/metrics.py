@@ -16,6 +16,9 @@ from reluexp.record import tags
 
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
+# ... or fewer where their per-unit extremes would take more than this many bytes (a site with
+# many units per example, as a sequence's positions are, flushes more often instead), ...
+EXTREMES_BYTES = 64 * 2**20
 # ... or this many seconds, so a slow run still streams.
 FLUSH_SECONDS = 2.0
 
@@ -194,20 +197,20 @@ RECORDED = (tags.GRAD_NORMS, tags.WEIGHT_NORMS, tags.ACTIVATION_PARAMS)
 
 
 class MetricStream:
-    """Records every logged step's metrics into a block of FLUSH_ROWS rows on the run's device,
-    allocated at the first row and written in place, and hands the block to the host with one
-    copy per flush: no Python object per row, no stack at the flush.
+    """Records every logged step's metrics into a block of rows on the run's device (FLUSH_ROWS,
+    fewer for sites of many units: EXTREMES_BYTES), allocated at the first row and written in
+    place, and hands the block to the host with one copy per flush: no Python object per row,
+    no stack at the flush.
 
     A row is recorded between start_row and end_row: first `record_activations`, after the
     backward (it lays the block out at the first row), then `record_grad_norms` before the
     update, `record_weight_norms` and `record_activation_params` after it (in any order: each
-    writes its own columns). At the
-    reference size an op costs more in dispatch than in arithmetic: a logged step runs a count
-    per activation site, two reductions per group of sites (SiteLayout) written into the
-    block with `out=`, and one dot product per parameter before its update and one after (the
-    weight norms are those of the weights the step produced). On the CPU a scalar is read at
-    once into the block's numpy view (there is no device to wait for); on an accelerator it is
-    copied into the block on the device."""
+    writes its own columns). At the reference size an op costs more in dispatch than in
+    arithmetic: a logged step runs a count per activation site, two reductions per group of
+    sites (SiteLayout) written into the block with `out=`, and one dot product per parameter
+    before its update and one after (the weight norms are those of the weights the step
+    produced). On the CPU a scalar is read at once into the block's numpy view (there is no
+    device to wait for); on an accelerator it is copied into the block on the device."""
 
     def __init__(
         self,
@@ -243,13 +246,14 @@ class MetricStream:
             self.columns[name] = slice(start, start + width)
             start += width
         self.nonzero = slice(start, start + len(self.sites))
-        self.values: torch.Tensor | None = None  # (FLUSH_ROWS, columns), from the first row
+        self.capacity = FLUSH_ROWS  # the block's rows, set at the first row
+        self.values: torch.Tensor | None = None  # (capacity, columns), from the first row
         self.host: np.ndarray | None = None  # its numpy view, on the CPU
         # Each row's input elements per site, in the layout's grouped order (a smaller last
         # batch has fewer).
         self.elements = np.zeros((FLUSH_ROWS, len(self.sites)), dtype=np.int64)
         # Per group of sites (SiteLayout), each row's largest and smallest output per unit
-        # over the batch ((FLUSH_ROWS, 2, units...) for a lone site, (FLUSH_ROWS, 2, sites,
+        # over the batch ((capacity, 2, units...) for a lone site, (capacity, 2, sites,
         # units...) for several; a channel is one unit), in the outputs' dtype.
         self.extremes: list[torch.Tensor] = []
         # The same per row: (largest, smallest) views, taken once (an index costs as much as
@@ -337,17 +341,24 @@ class MetricStream:
     def allocate(self, device: torch.device, calls: list) -> None:
         """The block, on the device, laid out by the first row's sites."""
         self.layout = SiteLayout(calls)
-        width = self.nonzero.stop
-        self.values = torch.zeros(FLUSH_ROWS, width, dtype=torch.float64, device=device)
-        self.host = self.values.numpy() if device.type == "cpu" else None
-        self.extremes = []
+        # Each group's extremes of a row: (largest, smallest) x (sites x) units, and its dtype.
+        row_shapes = []
         for sites in self.layout.groups:
             post = calls[sites[0]][1]
             units = tuple(
                 post.shape[d] for d in range(post.dim()) if d not in unit_dims(post.dim())
             )
-            shape = (FLUSH_ROWS, 2, *([len(sites)] if len(sites) > 1 else []), *units)
-            self.extremes.append(torch.empty(shape, dtype=post.dtype, device=post.device))
+            row_shapes.append(((2, *([len(sites)] if len(sites) > 1 else []), *units), post))
+        row_bytes = sum(math.prod(shape) * post.element_size() for shape, post in row_shapes)
+        self.capacity = max(1, min(FLUSH_ROWS, EXTREMES_BYTES // max(row_bytes, 1)))
+        self.values = torch.zeros(
+            self.capacity, self.nonzero.stop, dtype=torch.float64, device=device
+        )
+        self.host = self.values.numpy() if device.type == "cpu" else None
+        self.extremes = [
+            torch.empty((self.capacity, *shape), dtype=post.dtype, device=post.device)
+            for shape, post in row_shapes
+        ]
         self.extremes_of_row = [
             [row.unbind(0) for row in extremes.unbind(0)] for extremes in self.extremes
         ]
@@ -387,7 +398,7 @@ class MetricStream:
     @property
     def due(self) -> bool:
         """The block is full, or old enough that a slow run should stream what it has."""
-        full = self.row == FLUSH_ROWS
+        full = self.row == self.capacity
         return full or time.perf_counter() - self.last_flush > FLUSH_SECONDS
 
     def flush(self) -> Block:
