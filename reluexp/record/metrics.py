@@ -44,22 +44,24 @@ def per_unit(
     post: torch.Tensor, dims: tuple[int, ...], reduce: Callable, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """reduce (torch.amax or torch.amin) of `post` over `dims` (the batch, then positions),
-    into `out` where given:
-    over the batch first, an elementwise reduction of contiguous examples, then over each
-    channel's positions. One reduction over all of them was up to 20x slower for small images
-    ((128, 32, 4, 4): 222 us against 11, one thread, measured alone) and within a fifth either
-    way for larger ones. Exact either way: an extreme does not depend on the order."""
+    into `out` where given: over the batch first, an elementwise reduction of contiguous
+    examples, then over each channel's positions. One reduction over all of them was up to 20x
+    slower for small images ((128, 32, 4, 4): 222 us against 11, one thread, measured alone)
+    and within a fifth either way for larger ones. Exact either way: an extreme does not depend on the order."""
     batch, *positions = dims
     if not positions:
         return reduce(post, dim=batch, out=out)
     return reduce(reduce(post, dim=batch), dim=tuple(d - 1 for d in positions), out=out)
 
 
+def unit_shape(post: torch.Tensor) -> tuple[int, ...]:
+    """The shape of an activation output's units per example (unit_dims): () for a scalar."""
+    return tuple(post.shape[d] for d in range(post.dim()) if d not in unit_dims(post.dim()))
+
+
 def units_of(post: torch.Tensor) -> int:
     """An activation output's units per example (unit_dims)."""
-    if post.dim() == 0:
-        return 1
-    return math.prod(post.shape[d] for d in range(post.dim()) if d not in unit_dims(post.dim()))
+    return math.prod(unit_shape(post))
 
 
 # torch.count_nonzero (2.13, CPU, one thread) counts up to this many elements at ~0.4 ns each
@@ -250,8 +252,8 @@ class MetricStream:
         self.values: torch.Tensor | None = None  # (capacity, columns), from the first row
         self.host: np.ndarray | None = None  # its numpy view, on the CPU
         # Each row's input elements per site, in the layout's grouped order (a smaller last
-        # batch has fewer).
-        self.elements = np.zeros((FLUSH_ROWS, len(self.sites)), dtype=np.int64)
+        # batch has fewer), on the host: (capacity, sites).
+        self.elements: np.ndarray | None = None
         # Per group of sites (SiteLayout), each row's largest and smallest output per unit
         # over the batch ((capacity, 2, units...) for a lone site, (capacity, 2, sites,
         # units...) for several; a channel is one unit), in the outputs' dtype.
@@ -345,16 +347,15 @@ class MetricStream:
         row_shapes = []
         for sites in self.layout.groups:
             post = calls[sites[0]][1]
-            units = tuple(
-                post.shape[d] for d in range(post.dim()) if d not in unit_dims(post.dim())
-            )
-            row_shapes.append(((2, *([len(sites)] if len(sites) > 1 else []), *units), post))
+            stacked = [len(sites)] if len(sites) > 1 else []
+            row_shapes.append(((2, *stacked, *unit_shape(post)), post))
         row_bytes = sum(math.prod(shape) * post.element_size() for shape, post in row_shapes)
         self.capacity = max(1, min(FLUSH_ROWS, EXTREMES_BYTES // max(row_bytes, 1)))
         self.values = torch.zeros(
             self.capacity, self.nonzero.stop, dtype=torch.float64, device=device
         )
         self.host = self.values.numpy() if device.type == "cpu" else None
+        self.elements = np.zeros((self.capacity, len(self.sites)), dtype=np.int64)
         self.extremes = [
             torch.empty((self.capacity, *shape), dtype=post.dtype, device=post.device)
             for shape, post in row_shapes
