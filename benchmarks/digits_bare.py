@@ -28,9 +28,9 @@ STREAM_BLOCK = 256
 
 def site_statistics(pre: torch.Tensor, post: torch.Tensor) -> list[torch.Tensor]:
     """What reluexp streams of an activation site, bare: its input's nonzeros (counted as reluexp
-    counts them: metrics.nonzeros), and its output's
-    largest and smallest value per unit over the batch (a channel of an image is one unit: its
-    positions reduced too, after the batch)."""
+    counts them: metrics.nonzeros), and its output's largest and smallest value per unit over
+    the batch (a channel of an image is one unit: its positions reduced too, after the
+    batch)."""
     high, low = post.amax(0), post.amin(0)
     if post.dim() == 4:
         high, low = high.amax((1, 2)), low.amin((1, 2))

@@ -175,15 +175,7 @@ def main() -> None:
     # the same run streaming nothing but its print steps; and its floor: the article's network
     # by hand computing the streamed statistics bare at the same steps, against none.
     default_steps = WHOLE_PROCESS_STEPS[-1]
-    default = Config(steps=default_steps)
-
-    def streamed_by_default(step: int) -> bool:
-        return (
-            step % default.streamed_every == 0
-            or default.prints_at(step)
-            or step == default_steps - 1
-        )
-
+    streamed_by_default = Config(steps=default_steps).streams_at
     default_run = alternate(
         {
             "as the default streams": lambda: reluexp_loop(default_steps, None),

@@ -327,6 +327,11 @@ class Config:
         """The article prints `step loss` at steps 99, 199, ...: the last of every print_every."""
         return step % self.print_every == self.print_every - 1
 
+    def streams_at(self, step: int) -> bool:
+        """The step's metrics are streamed: every streamed_every-th step, the print steps
+        (their lines come from the flushed rows) and the last."""
+        return step % self.streamed_every == 0 or self.prints_at(step) or step == self.steps - 1
+
 
 # The Config's groups whose options have a schema each, by name, with the base they share.
 OPTION_GROUPS = {f.name: f.type for f in fields(Config) if f.type in OPTION_SCHEMAS}

@@ -47,7 +47,8 @@ def per_unit(
     into `out` where given: over the batch first, an elementwise reduction of contiguous
     examples, then over each channel's positions. One reduction over all of them was up to 20x
     slower for small images ((128, 32, 4, 4): 222 us against 11, one thread, measured alone)
-    and within a fifth either way for larger ones. Exact either way: an extreme does not depend on the order."""
+    and within a fifth either way for larger ones. Exact either way: an extreme does not
+    depend on the order."""
     batch, *positions = dims
     if not positions:
         return reduce(post, dim=batch, out=out)

@@ -108,8 +108,7 @@ def train_loop(training: Training) -> None:
     while state.step < config.steps and not training.stopped and training.stop_signal is None:
         step = state.step
         last = step == config.steps - 1
-        # Print steps are recorded too: their lines come from the flushed rows.
-        recording = step % config.streamed_every == 0 or config.prints_at(step) or last
+        recording = config.streams_at(step)
         if recording:  # the activation's inputs and outputs, seen by its forward hooks
             capture.start()
         x, y = batches.at(step)
