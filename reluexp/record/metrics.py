@@ -84,26 +84,27 @@ def squared_norm(vector: torch.Tensor) -> torch.Tensor:
 
 
 def squared_norms(vectors: list[torch.Tensor]) -> torch.Tensor:
-    """||v||^2 of each `flat` vector (of one device), float64, one value each. On the CPU a BLAS
-    dot product in its dtype (at the reference size half the time of torch.linalg.vector_norm,
-    whose reduction is not a BLAS call: benchmarks/overhead.py), read at once (no device to
-    wait for): where a square leaves the dtype's normal range while the norm itself is finite
-    and nonzero (in float32, a norm above ~1.8e19 or below ~1.1e-19), that vector again in
-    float64, where such squares fit: a norm streams as inf only where it is inf. The values read
-    become one tensor (stacking the products' tensors cost more than reading them). On an
-    accelerator, where a read would wait on the device every step, every norm is accumulated
-    in float64, all of them in one multi-tensor kernel (_compat.float64_norms)."""
+    """||v||^2 of each `flat` vector (of one device), float64, one value each: on the CPU
+    read at once (host_square), on an accelerator, where a read would wait on the device
+    every step, accumulated in float64, all of them in one multi-tensor kernel
+    (_compat.float64_norms)."""
     if vectors and not vectors[0].is_cpu:
         return torch.stack(float64_norms(vectors)).square()
-    squares = []
-    for v in vectors:
-        square = torch.dot(v, v).item()
-        if v.dtype != torch.float64 and not smallest_normal(v.dtype) <= square < math.inf:
-            wide = v.double()
-            square = torch.dot(wide, wide).item()
-        squares.append(square)
     # Through numpy: torch.tensor of a list of floats took ~3x as long.
-    return torch.from_numpy(np.array(squares, dtype=np.float64))
+    return torch.from_numpy(np.array([host_square(v) for v in vectors], dtype=np.float64))
+
+
+def host_square(vector: torch.Tensor) -> float:
+    """||vector||^2 of a `flat` CPU vector, read: a BLAS dot product in its dtype (at the
+    reference size half the time of torch.linalg.vector_norm, whose reduction is not a BLAS
+    call: benchmarks/overhead.py); where the square leaves the dtype's normal range while the
+    norm itself is finite and nonzero (in float32, a norm above ~1.8e19 or below ~1.1e-19),
+    again in float64, where such squares fit: a norm streams as inf only where it is inf."""
+    square = torch.dot(vector, vector).item()
+    if vector.dtype != torch.float64 and not smallest_normal(vector.dtype) <= square < math.inf:
+        wide = vector.double()
+        square = torch.dot(wide, wide).item()
+    return square
 
 
 @functools.cache
@@ -173,6 +174,8 @@ class SiteLayout:
         previous: "SiteLayout | None" = None,
     ):
         self.shapes = shapes_of(calls)
+        # What a later row is checked against (a model's sites do not change devices).
+        self.output_shapes = [shape for shape, _ in self.shapes]
         if (
             previous is not None
             and len(previous.shapes) == len(self.shapes)
@@ -187,7 +190,7 @@ class SiteLayout:
             self.groups = list(by_shape.values())
         # Sites in the groups' order, and each one's input elements in that order.
         self.grouped = [site for group in self.groups for site in group]
-        self.elements = [calls[site][0].numel() for site in self.grouped]
+        self.elements = np.array([calls[site][0].numel() for site in self.grouped], np.int64)
 
 
 def shapes_of(calls: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple]:
@@ -284,21 +287,40 @@ class MetricStream:
             self.values[self.row, columns] = values
 
     def put_scalars(self, columns: slice, scalars: list[torch.Tensor]) -> None:
-        """0-d tensors into the row's columns: on the CPU each read (a few reads cost less than
-        a stack), elsewhere stacked on the device."""
+        """0-d tensors (of a forward: detached here) into the row's columns: on the CPU each
+        read into its element of the row (a few reads cost less than a stack), elsewhere
+        stacked on the device."""
         if self.host is not None:
-            self.host[self.row, columns] = [scalar.item() for scalar in scalars]
+            row = self.host[self.row]
+            for column, scalar in zip(range(columns.start, columns.stop), scalars):
+                row[column] = scalar.item()
         else:
-            self.values[self.row, columns] = torch.stack(scalars)
+            self.values[self.row, columns] = torch.stack(scalars).detach()
 
-    def record(self, segment: str, values: torch.Tensor) -> None:
+    def checked(self, segment: str, count: int) -> slice:
+        """The segment's columns, which must number `count`."""
         columns = self.columns[segment]
-        if values.numel() != columns.stop - columns.start:
+        if count != columns.stop - columns.start:
             raise RuntimeError(
-                f"the stream's {segment} segment has {values.numel()} values a row and "
+                f"the stream's {segment} segment has {count} values a row and "
                 f"{columns.stop - columns.start} tags"
             )
-        self.put(columns, values)
+        return columns
+
+    def record(self, segment: str, values: torch.Tensor) -> None:
+        self.put(self.checked(segment, values.numel()), values)
+
+    def record_squares(self, segment: str, vectors: list[torch.Tensor]) -> None:
+        """Each `flat` vector's squared norm into the segment's columns: on the CPU each one
+        read into its element of the row (host_square: no tensor of them made and read back),
+        elsewhere computed on the device (squared_norms)."""
+        columns = self.checked(segment, len(vectors))
+        if self.host is None:
+            self.values[self.row, columns] = squared_norms(vectors)
+            return
+        row = self.host[self.row]
+        for column, vector in zip(range(columns.start, columns.stop), vectors):
+            row[column] = host_square(vector)
 
     def record_activations(self, loss: torch.Tensor, calls: list) -> None:
         """The loss, and each activation call's (input, output), in its sites' order: each
@@ -315,7 +337,7 @@ class MetricStream:
             )
         if self.layout is None:
             self.allocate(loss.device, calls)
-        elif self.layout.shapes != shapes_of(calls):
+        elif self.layout.output_shapes != [post.shape for _, post in calls]:
             layout = SiteLayout(calls, self.layout)
             if layout.groups != self.layout.groups:
                 raise RuntimeError(
@@ -325,7 +347,7 @@ class MetricStream:
                 )
             self.layout = layout
         layout, row = self.layout, self.row
-        self.put_scalars(self.columns[tags.LOSS_SEGMENT], [loss.detach()])
+        self.put_scalars(self.columns[tags.LOSS_SEGMENT], [loss])
         for sites, extremes in zip(layout.groups, self.extremes_of_row):
             if len(sites) == 1:
                 post = calls[sites[0]][1]
@@ -368,11 +390,11 @@ class MetricStream:
     def record_grad_norms(self, params: list[torch.Tensor]) -> None:
         """Each parameter's gradient's squared norm (0 where the loss does not reach it)."""
         grads = [flat(p.grad) if p.grad is not None else p.new_zeros(1) for p in params]
-        self.record(tags.GRAD_NORMS, squared_norms(grads))
+        self.record_squares(tags.GRAD_NORMS, grads)
 
     def record_weight_norms(self, flat_params: list[torch.Tensor]) -> None:
         """The parameters as `flat` views, taken once per run."""
-        self.record(tags.WEIGHT_NORMS, squared_norms(flat_params))
+        self.record_squares(tags.WEIGHT_NORMS, flat_params)
 
     def record_activation_params(self, params: list[torch.Tensor]) -> None:
         """A scalar parameter's value; a tensor's squared norm, mean, min, max
