@@ -279,10 +279,16 @@ def test_site_statistics_are_their_definitions_however_the_sites_are_grouped():
 
 
 @pytest.mark.parametrize("size", [COUNTED_AS_IS, COUNTED_AS_IS + 1])
-def test_nonzeros_counts_nan_and_not_negative_zero_on_either_side_of_the_direct_count(size):
-    values = torch.zeros(size)
-    values[:7] = torch.tensor([1.0, -0.0, math.nan, -2.0, 0.0, math.inf, 1e-45])
-    assert nonzeros(values).item() == 5
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+def test_nonzeros_counts_nan_and_not_negative_zero_on_either_side_of_the_direct_count(size, dtype):
+    subnormal = torch.finfo(dtype).tiny / 4
+    values = torch.zeros(size, dtype=dtype)
+    values[:9] = torch.tensor(
+        [1.0, -0.0, math.nan, -2.0, 0.0, -math.inf, subnormal, -math.nan, -0.0], dtype=dtype
+    )
+    assert values[6] != 0
+    assert nonzeros(values).item() == 6
+    assert nonzeros(values[::2]).item() == (values[::2] != 0).sum() == 3  # NaN != 0
 
 
 def test_a_block_of_sites_with_many_units_holds_fewer_rows_and_keeps_every_value(monkeypatch):
