@@ -1,5 +1,6 @@
 """The framework's loop against an independent copy of the seed's loop, number for number."""
 
+import collections
 import copy
 import json
 import math
@@ -7,11 +8,12 @@ import re
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from reluexp.config import Config, ConfigError
 from reluexp.functions.targets import layers_of
 from reluexp.record import metrics, tags
-from reluexp.record.metrics import COUNTED_AS_IS, MetricStream, nonzeros
+from reluexp.record.metrics import COUNTED_AS_IS, MetricStream, flat, nonzeros, nonzeros_of_group
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
 from reluexp.run.data import Dataset
@@ -289,6 +291,58 @@ def test_nonzeros_counts_nan_and_not_negative_zero_on_either_side_of_the_direct_
     assert values[6] != 0
     assert nonzeros(values).item() == 6
     assert nonzeros(values[::2]).item() == (values[::2] != 0).sum() == 3  # NaN != 0
+
+
+def test_a_groups_counts_are_each_inputs_own():
+    inputs = [torch.tensor([[0.0, -0.0], [math.nan, 2.0]]), torch.tensor([[1.0, 1.0], [0.0, 3.0]])]
+    assert nonzeros_of_group(inputs).tolist() == [nonzeros(x).item() for x in inputs] == [2, 3]
+    assert nonzeros_of_group(inputs[:1]).tolist() == [2]
+
+
+def is_view(op: str) -> bool:
+    """Whether an aten op the profiler names (`aten::detach`) returns a view: no kernel."""
+    packet = getattr(torch.ops.aten, op.removeprefix("aten::"))
+    return any(getattr(packet, overload).is_view for overload in packet.overloads())
+
+
+def launches_of_a_row(depth: int) -> collections.Counter:
+    """The ops of a streamed row of an MLP with `depth` hidden layers and a learnable scalar
+    activation parameter per layer, on the meta device: the stream's accelerator path, shapes
+    without values."""
+    meta = torch.device("meta")
+    params = [torch.zeros(100, 100, device=meta, requires_grad=True) for _ in range(depth + 1)]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    slopes = [torch.zeros((), device=meta) for _ in range(depth)]
+    stream = MetricStream(
+        [f"w{i}" for i in range(depth + 1)],
+        [(f"act{i}", 100) for i in range(depth)],
+        {f"act{i}.slope": 1 for i in range(depth)},
+    )
+    calls = [(torch.zeros(64, 100, device=meta), torch.zeros(64, 100, device=meta))] * depth
+    loss = torch.zeros((), device=meta)
+
+    def row(step: int) -> None:
+        stream.start_row(step)
+        stream.record_activations(loss, calls)
+        stream.record_grad_norms(params)
+        stream.record_weight_norms([flat(p) for p in params])
+        stream.record_activation_params(slopes)
+        stream.end_row()
+
+    row(0)  # lays the block out
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as ops:
+        row(1)
+    # The ops the row calls itself (not those they call), each a launch on an accelerator.
+    return collections.Counter(
+        op.name for op in ops.events() if op.cpu_parent is None and not is_view(op.name)
+    )
+
+
+def test_a_streamed_rows_launches_on_an_accelerator_do_not_grow_with_depth():
+    rows = {depth: launches_of_a_row(depth) for depth in (2, 4, 12, 24)}
+    assert rows[2]["aten::count_nonzero"] == 1  # one count for the layers' group
+    assert all(ops == rows[2] for ops in rows.values()), rows
 
 
 def test_a_block_of_sites_with_many_units_holds_fewer_rows_and_keeps_every_value(monkeypatch):

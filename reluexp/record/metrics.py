@@ -91,6 +91,16 @@ def nonzeros(tensor: torch.Tensor) -> torch.Tensor:
     return torch.count_nonzero(tensor)
 
 
+def nonzeros_of_group(inputs: list[torch.Tensor]) -> torch.Tensor:
+    """Each of the inputs' counts of nonzero elements (one shape, one device; NaN included),
+    (len(inputs),), from one count over their stack: one launch a group of sites on an
+    accelerator, where a count a site grows with depth."""
+    if len(inputs) == 1:
+        return nonzeros(inputs[0]).reshape(1)
+    stacked = torch.stack(inputs)
+    return torch.count_nonzero(stacked, dim=tuple(range(1, stacked.dim())))
+
+
 def squared_norm(vector: torch.Tensor) -> torch.Tensor:
     """||vector||^2 (a `flat` tensor), as squared_norms takes it."""
     return squared_norms([vector])[0]
@@ -371,9 +381,11 @@ class MetricStream:
             largest, smallest = extremes[row]
             per_unit(post, dims, torch.amax, out=largest)
             per_unit(post, dims, torch.amin, out=smallest)
-        if self.sites:
-            counts = [nonzeros(calls[site][0]) for site in layout.grouped]
-            self.put_scalars(self.nonzero, counts)
+        if self.host is not None:  # a count a site: the CPU's fastest (nonzeros)
+            self.put_scalars(self.nonzero, [nonzeros(calls[site][0]) for site in layout.grouped])
+        elif self.sites:  # a count a group: launches that do not grow with depth
+            counts = [nonzeros_of_group([calls[s][0] for s in sites]) for sites in layout.groups]
+            self.values[row, self.nonzero] = torch.cat(counts)
         self.elements[row] = layout.elements
 
     def allocate(self, device: torch.device, calls: list) -> None:
