@@ -235,11 +235,12 @@ class MetricStream:
     backward (it lays the block out at the first row), then `record_grad_norms` before the
     update, `record_weight_norms` and `record_activation_params` after it (in any order: each
     writes its own columns). At the reference size an op costs more in dispatch than in
-    arithmetic: a logged step runs a count per activation site, two reductions per group of
-    sites (SiteLayout) written into the block with `out=`, and one dot product per parameter
-    before its update and one after (the weight norms are those of the weights the step
-    produced). On the CPU a scalar is read at once into the block's numpy view (there is no
-    device to wait for); on an accelerator it is copied into the block on the device."""
+    arithmetic: a logged step runs a count per activation site (per group of sites on an
+    accelerator), two reductions per group of sites (SiteLayout) written into the block with
+    `out=`, and one dot product per parameter before its update and one after (the weight
+    norms are those of the weights the step produced). On the CPU each scalar is read at once
+    into its element of the block's numpy view (there is no device to wait for); on an
+    accelerator it is copied into the block on the device."""
 
     def __init__(
         self,
@@ -347,10 +348,10 @@ class MetricStream:
 
     def record_activations(self, loss: torch.Tensor, calls: list) -> None:
         """The loss, and each activation call's (input, output), in its sites' order: each
-        site's count of nonzero inputs (one full count a site: faster than any count along a
-        dimension), and per group of sites (SiteLayout) each unit's extremes over the batch
-        (and, for a channel, its positions: unit_dims), reduced from the group's outputs
-        stacked."""
+        site's count of nonzero inputs (on the CPU one full count a site, faster there than any
+        count along a dimension; on an accelerator one count a group of sites), and per group
+        of sites (SiteLayout) each unit's extremes over the batch (and, for a channel, its
+        positions: unit_dims), reduced from the group's outputs stacked."""
         if len(calls) != len(self.sites):
             raise RuntimeError(
                 f"the model called its activation {len(calls)} times at step {self.step}, "
