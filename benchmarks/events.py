@@ -22,8 +22,9 @@ from benchmarks.common import alternate, machine, summarize, write_section
 from benchmarks.depth import mlp_by_hand
 from reluexp.config import Config
 from reluexp.record import tags
+from reluexp.record.block import Block
 from reluexp.record.events import EventWriter
-from reluexp.record.metrics import FLUSH_ROWS, Block
+from reluexp.record.metrics import FLUSH_ROWS
 from reluexp.record.recorder import Recorder
 
 DEPTHS = (1, 12, 24)

@@ -11,8 +11,8 @@ import torch
 from reluexp.cli import closing_line
 from reluexp.config import Config, ConfigError
 from reluexp.record import tags
+from reluexp.record.block import Block
 from reluexp.record.events import read_scalars
-from reluexp.record.metrics import Block
 from reluexp.record.tags import LR
 from reluexp.run import runner
 from reluexp.run.outcome import Outcome

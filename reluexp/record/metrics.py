@@ -6,13 +6,13 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from reluexp._compat import float64_norms
 from reluexp.record import tags
+from reluexp.record.block import Block
 
 # Rows wait on the device and reach the host in blocks: at most this many steps, ...
 FLUSH_ROWS = 256
@@ -134,45 +134,6 @@ def host_square(vector: torch.Tensor) -> float:
 def smallest_normal(dtype: torch.dtype) -> float:
     """The dtype's smallest normal number (torch.finfo is built anew at each call)."""
     return torch.finfo(dtype).tiny
-
-
-@dataclass
-class Block:
-    """A flush's host values: the steps, their wall times and one row each (n, tags), float64,
-    with each activation site's count of live units (n, sites); and the validation passes with
-    their steps (each [loss, accuracy, the batch's accuracy], NaN where there is none). Arrays,
-    not a Python object per row: what a block means and writes is computed a column at a
-    time."""
-
-    tags: list[str]
-    sites: list[str]
-    steps: list[int] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)
-    rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
-    live_units: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
-    evaluation_steps: list[int] = field(default_factory=list)
-    evaluations: list[list[float]] = field(default_factory=list)
-
-    def column(self, tag: str) -> np.ndarray:
-        """The rows' values of one tag."""
-        return self.rows[:, self.tags.index(tag)]
-
-    def with_column(self, tag: str, values: np.ndarray) -> "Block":
-        """The block with one more tag, a value per row."""
-        rows = np.concatenate([self.rows, np.asarray(values, dtype=np.float64)[:, None]], axis=1)
-        return replace(self, tags=[*self.tags, tag], rows=rows)
-
-    def first(self, n: int) -> "Block":
-        """The block's first n rows (its validation passes all kept)."""
-        if n == len(self.rows):
-            return self
-        return replace(
-            self,
-            steps=self.steps[:n],
-            times=self.times[:n],
-            rows=self.rows[:n],
-            live_units=self.live_units[:n],
-        )
 
 
 # Sites whose outputs have at most this many elements (torch's grain size: below it an op is

@@ -12,8 +12,8 @@ import numpy as np
 
 from reluexp.config import Config
 from reluexp.record import tags
+from reluexp.record.block import Block
 from reluexp.record.events import EventWriter
-from reluexp.record.metrics import Block
 
 log = logging.getLogger("reluexp")
 # The article's `step loss` lines: the only lines on stdout (conf/config.yaml).

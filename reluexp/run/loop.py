@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 
 from reluexp.config import Config
-from reluexp.record.metrics import Block, MetricStream
+from reluexp.record.block import Block
+from reluexp.record.metrics import MetricStream
 from reluexp.record.progress import Progress
 from reluexp.record.recorder import Recorder
 from reluexp.run.batches import Batches

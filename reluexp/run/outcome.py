@@ -11,7 +11,7 @@ import numpy as np
 
 from reluexp.config import Config, Optimizer
 from reluexp.record import tags
-from reluexp.record.metrics import Block
+from reluexp.record.block import Block
 from reluexp.run.precision import scaled
 from reluexp.run.schedule import learning_rate
 
