@@ -69,9 +69,9 @@ def units_of(post: torch.Tensor) -> int:
 # at ~0.4 ns each and a larger one at ~4 ns each (that path is not vectorized), an integer
 # tensor of any size at ~0.2 ns an element; a float's comparison with zero costs ~0.8 ns.
 COUNTED_AS_IS = 16384
-# A float is zero (+0.0 or -0.0) exactly where its bits but the sign are: its bits read as
-# integers of its width and masked count as the float does, NaN and subnormals nonzero. A
-# (128, 16, 8, 8) site's count: 128 us through a comparison, 52 us so.
+# A float is zero (+0.0 or -0.0) exactly where every bit but the sign is: its bits read as
+# integers of its width, the sign masked off, count as the float does (NaN, subnormals
+# nonzero). A (128, 16, 8, 8) site's count: 128 us through a comparison, 52 us so.
 MAGNITUDE_BITS = {
     torch.float64: (torch.int64, 2**63 - 1),
     torch.float32: (torch.int32, 2**31 - 1),
@@ -301,7 +301,7 @@ class MetricStream:
         elsewhere computed on the device (squared_norms)."""
         columns = self.checked(segment, len(vectors))
         if self.host is None:
-            self.values[self.row, columns] = squared_norms(vectors)
+            self.put(columns, squared_norms(vectors))
             return
         row = self.host[self.row]
         for column, vector in zip(range(columns.start, columns.stop), vectors):
