@@ -5,6 +5,7 @@ import copy
 import json
 import math
 import re
+from unittest import mock
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from reluexp.record.metrics import COUNTED_AS_IS, MetricStream, flat, nonzeros, 
 from reluexp.record.tags import streamed
 from reluexp.run import losses, runner
 from reluexp.run.data import Dataset
-from reluexp.run.model import build_model
+from reluexp.run.model import Capture, build_model
 from reluexp.run.update import WeightUpdate
 from tests.helpers import REPO_ROOT, SeedRelu, run_cli, scalars, seed_loop, tensorboard
 
@@ -194,6 +195,39 @@ def test_the_hooks_leave_the_loss_computation_detached():
     assert [tuple(post.shape) for _, post in calls] == [(4, 5), (4, 3)]
     built.model(x)
     assert built.capture.take() == []  # only while asked
+
+
+@pytest.mark.parametrize(
+    ("log_every", "compiled", "held"), [(2, False, False), (1, False, True), (2, True, True)]
+)
+def test_the_hooks_are_held_only_through_captures_unless_every_step_or_compiled(
+    log_every, compiled, held
+):
+    # A hooked Module's calls take torch's slower hooked path: a run streaming every Nth step
+    # hooks its activation only for the steps it records.
+    x = torch.randn(4, 6)
+    config = Config(log_every=log_every, compile=compiled)
+    config.model.hidden = [5, 3]
+    hooked_calls = []
+
+    class Counted(Capture):
+        def hook(self, module, inputs, output):
+            hooked_calls.append(module)
+            super().hook(module, inputs, output)
+
+    with mock.patch("reluexp.run.model.Capture", Counted):
+        built = build_model(
+            config, (x, 2), layers_of(torch.relu, "torch.relu", {}), torch.Generator()
+        )
+    hooked_calls.clear()
+    built.model(x)
+    assert len(hooked_calls) == (2 if held else 0)
+    built.capture.start()
+    built.model(x)
+    assert len(built.capture.take()) == 2
+    hooked_calls.clear()
+    built.model(x)
+    assert len(hooked_calls) == (2 if held else 0)
 
 
 @pytest.mark.slow
