@@ -355,4 +355,3 @@ def resolve_activation(
             "the activation metrics would read values that are gone"
         )
     return layers_of(obj if is_module(obj) else activation, path, params)
-    return activation

@@ -38,8 +38,14 @@ class Batches:
         self.size = len(data.x) if batch_size is None else batch_size
         self.per_epoch = len(data.x) // self.size
         self.epoch, self.order = -1, torch.empty(0)
+        # The whole set, unaugmented, is every step's batch: its inputs made once.
+        self.every_step = (
+            (data.inputs(data.x), data.y) if self.size == len(data.x) and not augment else None
+        )
 
     def at(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.every_step is not None:
+            return self.every_step
         x, y = self.chosen(step)
         x = self.data.inputs(x)
         if not self.augment:
