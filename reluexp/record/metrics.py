@@ -280,7 +280,7 @@ class MetricStream:
             for column, scalar in zip(range(columns.start, columns.stop), scalars):
                 row[column] = scalar.item()
         else:
-            self.values[self.row, columns] = torch.stack(scalars).detach()
+            self.put(columns, torch.stack(scalars).detach())
 
     def checked(self, segment: str, count: int) -> slice:
         """The segment's columns, which must number `count`."""
@@ -347,7 +347,7 @@ class MetricStream:
             self.put_scalars(self.nonzero, [nonzeros(calls[site][0]) for site in layout.grouped])
         elif self.sites:  # a count a group: launches that do not grow with depth
             counts = [nonzeros_of_group([calls[s][0] for s in sites]) for sites in layout.groups]
-            self.values[row, self.nonzero] = torch.cat(counts)
+            self.put(self.nonzero, torch.cat(counts))
         self.elements[row] = layout.elements
 
     def allocate(self, device: torch.device, calls: list) -> None:
