@@ -78,6 +78,10 @@ OmegaConf.register_new_resolver(
 )
 
 
+# Hydra's groups --help lists after reluexp's: where a sweep's jobs run, which points it tries.
+HYDRA_GROUPS = ("hydra/launcher", "hydra/sweeper")
+
+
 def help_groups() -> str:
     """--help's groups as `group: option, ...`: reluexp's own (conf/ and experiments/, not the
     model options' schemas), then those that choose where a sweep's jobs run and which points
@@ -92,10 +96,10 @@ def help_groups() -> str:
                 found += [group, *groups(group)]
         return found
 
-    shown = [g for g in sorted(groups("")) if loader.get_group_options(g)]
+    # Each group's options listed once: a listing builds Hydra's config repository anew.
+    options = {g: loader.get_group_options(g) for g in (*sorted(groups("")), *HYDRA_GROUPS)}
     return "".join(
-        f"{group}: {', '.join(sorted(loader.get_group_options(group)))}\n"
-        for group in (*shown, "hydra/launcher", "hydra/sweeper")
+        f"{group}: {', '.join(sorted(found))}\n" for group, found in options.items() if found
     )
 
 
