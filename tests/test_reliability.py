@@ -282,6 +282,18 @@ def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
     assert math.isfinite(final_loss) == (on != "loss")
 
 
+def test_a_divergence_leaves_the_last_checkpoint_before_it(tmp_path):
+    """A flush that finds the divergence at a periodic checkpoint wrote that checkpoint
+    anyway: non-finite weights over the last good ones."""
+    runner.run(small_config(steps=500, lr=10.0, checkpoint_every=1), tmp_path)
+    diverged_at = summary(tmp_path)["diverged_at_step"]
+    checkpoint = torch.load(tmp_path / CHECKPOINT_NAME, weights_only=True)
+    # The state before the step that diverged: its weights are those every finite step made.
+    assert checkpoint["step"] == diverged_at > 0
+    assert checkpoint["outcome"]["diverged_at"] is None
+    assert all(torch.isfinite(w).all() for w in checkpoint["model"].values())
+
+
 def test_a_finite_gradient_streams_its_norm_however_large_and_the_run_goes_on(tmp_path):
     """42.1: at step 1 of this run w1's gradient norm is ~7.8e20, finite; its square overflows
     float32, which once streamed inf and called the run diverged."""

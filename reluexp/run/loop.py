@@ -147,5 +147,8 @@ def train_loop(training: Training) -> None:
             and state.step % config.checkpoint_every == 0
         ):
             training.flush()  # so the checkpoint's min/final loss cover every step before it
-            training.checkpoint()
+            # A divergence that flush found ends the run: the steps since trained on
+            # non-finite values, and the last checkpoint stays the last good one.
+            if not training.stopped:
+                training.checkpoint()
     training.flush()
