@@ -278,7 +278,7 @@ class Config:
             "Steps between the values streamed to TensorBoard (loss, gradient and weight "
             "norms; the print steps and the last always). Unset: every step up to 1,000 steps, "
             "beyond that every ceil(steps / 1000)-th, which TensorBoard's default sample keeps "
-            "whole."
+            "whole. A divergence is caught at the first streamed step after it."
         ),
     )
     print_every: int = field(
