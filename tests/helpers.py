@@ -2,6 +2,7 @@
 runs, fake sweeps, and the one way events are read back."""
 
 import json
+import os
 import pickle
 import signal
 import subprocess
@@ -89,6 +90,22 @@ class RaisesAtStep50(SeedRelu):
         RaisesAtStep50.calls += 1
         if RaisesAtStep50.calls > 50:
             raise RuntimeError("planted failure at step 50")
+        return SeedRelu.backward(ctx, grad_output)
+
+
+class DivergesAsItIsStopped(SeedRelu):
+    """The seed's ReLU whose backward on its 3rd call (step 2 of a run with one hidden layer)
+    returns NaN and sends its process a SIGINT: the stop lands after the divergence, before
+    any flush has seen it."""
+
+    calls = 0
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        DivergesAsItIsStopped.calls += 1
+        if DivergesAsItIsStopped.calls == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            return torch.full_like(grad_output, float("nan"))
         return SeedRelu.backward(ctx, grad_output)
 
 

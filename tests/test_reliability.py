@@ -294,6 +294,35 @@ def test_a_divergence_leaves_the_last_checkpoint_before_it(tmp_path):
     assert all(torch.isfinite(w).all() for w in checkpoint["model"].values())
 
 
+def test_a_stop_after_a_divergence_ends_the_command_with_the_run_diverged(tmp_path):
+    """A Ctrl-C between a divergence and the flush that sees it once recorded the run as
+    interrupted, said 'checkpoint written' (none was: the run had diverged) and offered a
+    resume that would diverge again."""
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "activation=custom",
+        "activation.target=tests.helpers.DivergesAsItIsStopped",
+        "steps=1000",
+        f"hydra.run.dir={run_dir}",
+        *SMALL,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+    assert result.returncode == 130, result.stderr
+    state = summary(run_dir)
+    assert (state["status"], state["diverged_at_step"], state["signal"]) == (
+        "diverged",
+        2,
+        "SIGINT",
+    )
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "reluexp: diverged after 3 steps (non-finite gradient norm of w1 at step 2)"
+    ), result.stderr
+    assert "checkpoint written" not in result.stderr and "Resume:" not in last
+    assert not (run_dir / CHECKPOINT_NAME).exists()
+
+
 def test_a_finite_gradient_streams_its_norm_however_large_and_the_run_goes_on(tmp_path):
     """42.1: at step 1 of this run w1's gradient norm is ~7.8e20, finite; its square overflows
     float32, which once streamed inf and called the run diverged."""

@@ -43,7 +43,8 @@ file_log = logging.getLogger("reluexp.logfile")
 
 
 class Interrupted(Exception):
-    """The run stopped at a step boundary on a signal, checkpointed; exit with 128 + signum."""
+    """The run stopped at a step boundary on a signal, checkpointed (or, had it diverged
+    before the stop, recorded as diverged); exit with 128 + signum."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -259,7 +260,10 @@ def _run(
             train_to_the_end(training, summary)
         finally:
             training.progress.close()
-    return record_the_end(training, summary)
+    result = record_the_end(training, summary)
+    if training.stop_signal is not None:
+        raise Interrupted(training.stop_signal)
+    return result
 
 
 def train_to_the_end(training: Training, summary: RunSummary) -> None:
@@ -273,11 +277,14 @@ def train_to_the_end(training: Training, summary: RunSummary) -> None:
             training.checkpoint()
         if training.stop_signal is not None:
             summary.signal = signal.Signals(training.stop_signal).name
-            finish(training, summary, "interrupted")
-            log.warning(
-                "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
-            )
-            raise Interrupted(training.stop_signal)
+            # A run that had diverged before the stop (seen at the flush after it) ends as
+            # diverged, the stop still ending the command (_run).
+            if not training.stopped:
+                finish(training, summary, "interrupted")
+                log.warning(
+                    "interrupted by %s at step %d; checkpoint written", summary.signal, state.step
+                )
+                raise Interrupted(training.stop_signal)
         events = training.recorder.events
         last_step = outcome.diverged_at if training.stopped else state.step - 1
         if events is not None:
