@@ -18,6 +18,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, ListConfig, MissingMandatoryValue, OmegaConf
 
+from reluexp.cli import register
 from reluexp.config import OPTION_GROUPS
 from reluexp.hydra_glue import CONFIG_MODULE, help_groups, key_meanings
 from reluexp.options import OPTION_SCHEMAS
@@ -96,7 +97,9 @@ def cell(text: str) -> str:
 
 
 def configuration_tables() -> str:
-    """The groups, then the keys, as Markdown."""
+    """The groups, then the keys, as Markdown, as `python -m reluexp` composes them (its
+    configs, resolvers and launchers registered as it registers them)."""
+    register()
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
         groups = help_groups()
         found = defaults()

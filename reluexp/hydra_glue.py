@@ -5,9 +5,10 @@ and their meanings, and composition errors as one line."""
 import json
 import os
 import re
+import string
 import textwrap
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import fields, is_dataclass
 from datetime import datetime
 from enum import Enum
@@ -21,16 +22,13 @@ import yaml
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.plugins import Plugins
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
-from hydra_plugins.reluexp_launcher import launchers
 from reluexp.config import OPTION_GROUPS, Config
 from reluexp.options import OPTION_SCHEMAS, DataConfig, ModelConfig
-from reluexp.sweeps.names import job_dir_name
 from reluexp.validation import OPEN_KEYS, TOP_GROUPS, close_match
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
@@ -51,31 +49,11 @@ def run_id() -> str:
     return f"{datetime.now():%Y-%m-%d_%H-%M-%S.%f}_{os.getpid()}"
 
 
-# Cached, like Hydra's own `now`, so every read of hydra.run.dir gives the same name.
-OmegaConf.register_new_resolver("run_id", run_id, use_cache=True)
-# `resume=<dir>` continues in that directory; Hydra's own files for it go beside the first ones.
-OmegaConf.register_new_resolver(
-    "run_dir", lambda resume: resume or f"outputs/runs/{run_id()}", use_cache=True
-)
-
-
 def every_within(every: int, steps: int, points: int) -> int:
     """`every` steps, or fewer where a run of `steps` would get under `points` that way: a
     preset's logging (every 100 of the paper's 64,000 steps) tried for 50 steps still draws
     curves."""
     return max(1, min(int(every), int(steps) // int(points)))
-
-
-OmegaConf.register_new_resolver("every_within", every_within)
-
-
-# A sweep job's directory name (sweeps/names.py).
-OmegaConf.register_new_resolver("job_dir_name", job_dir_name)
-OmegaConf.register_new_resolver(
-    "hydra_subdir",
-    lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",
-    use_cache=True,
-)
 
 
 # Hydra's groups --help lists after reluexp's: where a sweep's jobs run, which points it tries.
@@ -170,46 +148,82 @@ def help_keys(_root_: DictConfig) -> str:
     return "\n".join(lines).replace("$", "$$")
 
 
-OmegaConf.register_new_resolver("help_groups", help_groups)
-OmegaConf.register_new_resolver("help_keys", help_keys)
-
-# reluexp's launcher plugin, registered with Hydra here: Hydra finds plugins by listing its
-# `hydra_plugins` namespace, which an editable install's import hook cannot list. After Hydra's
-# scan of the installed plugins (Plugins.instance() scans once), so that its configs replace
-# hydra-submitit-launcher's presets of the same names.
-launchers.register(Plugins.instance())
-
-# The schema: conf/config.yaml starts from it (every key's default is written once, there).
-# Its model and data are what every option of theirs shares; each option's file
-# (conf/model/NAME.yaml) starts from the option's own schema (schema/model/NAME), so a key of
-# another option is refused as the config is composed (Hydra's schema-per-option pattern).
-base_config = OmegaConf.structured(Config)
-base_config.model, base_config.data = ModelConfig(), DataConfig()
-ConfigStore.instance().store(name="base_config", node=base_config)
-for schema_field in fields(Config):
-    if schema_field.type in OPTION_SCHEMAS:
-        names, schemas = OPTION_SCHEMAS[schema_field.type]
-        for option in names:
-            ConfigStore.instance().store(
-                group=f"{SCHEMA_GROUP}/{schema_field.name}",
-                name=option.value,
-                node=schemas[option](name=option),
+def register(**resolvers: Callable[..., Any]) -> None:
+    """What Hydra needs to compose reluexp's configs, made known to it once per process (each
+    entry point calls it before it composes): the resolvers conf/config.yaml uses (and the
+    entry point's own `resolvers`), the schema and a schema per option, the named studies."""
+    for name, resolver in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
+    if OmegaConf.has_resolver("run_id"):
+        return
+    # Cached, like Hydra's own `now`, so every read of hydra.run.dir gives the same name.
+    OmegaConf.register_new_resolver("run_id", run_id, use_cache=True)
+    # `resume=<dir>` continues in that directory; Hydra's own files for it go beside the first.
+    OmegaConf.register_new_resolver(
+        "run_dir", lambda resume: resume or f"outputs/runs/{run_id()}", use_cache=True
+    )
+    OmegaConf.register_new_resolver(
+        "hydra_subdir",
+        lambda resume: f".hydra/resume_{run_id()}" if resume else ".hydra",
+        use_cache=True,
+    )
+    OmegaConf.register_new_resolver("every_within", every_within)
+    OmegaConf.register_new_resolver("help_groups", help_groups)
+    OmegaConf.register_new_resolver("help_keys", help_keys)
+    store = ConfigStore.instance()
+    # The schema: conf/config.yaml starts from it (every key's default is written once, there).
+    # Its model and data are what every option of theirs shares; each option's file
+    # (conf/model/NAME.yaml) starts from the option's own schema (schema/model/NAME), so a key
+    # of another option is refused as the config is composed (Hydra's schema-per-option
+    # pattern).
+    base_config = OmegaConf.structured(Config)
+    base_config.model, base_config.data = ModelConfig(), DataConfig()
+    store.store(name="base_config", node=base_config)
+    for schema_field in fields(Config):
+        if schema_field.type in OPTION_SCHEMAS:
+            names, schemas = OPTION_SCHEMAS[schema_field.type]
+            for option in names:
+                store.store(
+                    group=f"{SCHEMA_GROUP}/{schema_field.name}",
+                    name=option.value,
+                    node=schemas[option](name=option),
+                )
+    # Named studies live at the top level, outside conf/; each becomes an option of
+    # `experiment=`. A user's own `experiment/NAME.yaml` on hydra.searchpath joins them through
+    # Hydra itself.
+    for preset in sorted(resources.files(EXPERIMENTS_MODULE).iterdir(), key=lambda p: p.name):
+        if preset.name.endswith(".yaml"):
+            store.store(
+                group="experiment",
+                name=preset.name.removesuffix(".yaml"),
+                node=OmegaConf.create(preset.read_text()),
+                package="_global_",
             )
 
-# Named studies live at the top level, outside conf/; each becomes an option of `experiment=`.
-# A user's own `experiment/NAME.yaml` on hydra.searchpath joins them through Hydra itself.
-for preset in sorted(resources.files(EXPERIMENTS_MODULE).iterdir(), key=lambda p: p.name):
-    if preset.name.endswith(".yaml"):
-        ConfigStore.instance().store(
-            group="experiment",
-            name=preset.name.removesuffix(".yaml"),
-            node=OmegaConf.create(preset.read_text()),
-            package="_global_",
-        )
+
+# What Hydra's own --help fills in besides the template's interpolations, each listing every
+# group's options anew (about 70% of its time, whether the template uses them or not).
+HYDRA_HELP_PLACEHOLDERS = ("$FLAGS_HELP", "$HYDRA_CONFIG_GROUPS", "$APP_CONFIG_GROUPS", "$CONFIG")
+
+
+def help_text(overrides: list[str]) -> str | None:
+    """--help: hydra.help's template, composed with the command line's overrides (its groups
+    and keys, the chosen options' values), as Hydra's own --help prints it; None for a
+    template that uses Hydra's placeholders, which Hydra's --help fills in."""
+    register()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        config = compose("config", overrides=overrides, return_hydra_config=True)
+        raw = OmegaConf.to_container(config.hydra.help, resolve=False)["template"]
+        if any(placeholder in raw for placeholder in HYDRA_HELP_PLACEHOLDERS):
+            return None
+        # Hydra fills the template with string.Template: `$$` (help_keys' `$`) is one `$`.
+        return string.Template(config.hydra.help.template).substitute()
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
     """The config `python -m reluexp OVERRIDES` would run, `hydra` node included."""
+    register()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=True)
 

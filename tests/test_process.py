@@ -11,18 +11,24 @@ import torch
 
 from reluexp.run import runner
 from reluexp.run.process import job_environment
-from reluexp.run.signals import OWNER, StopSignals
+from reluexp.shell.session import Session
+from reluexp.shell.stops import StopSignals
 from tests.helpers import small_config
 
 
 def test_job_environment_puts_back_threads_rng_and_signal_handlers():
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
     handler = signal.getsignal(signal.SIGTERM)
-    with job_environment(torch.device("cpu"), threads=1), StopSignals() as stop:
+    with (
+        job_environment(torch.device("cpu"), threads=1),
+        Session() as session,
+        session.holding(StopSignals()) as stop,
+    ):
         assert torch.get_num_threads() == 1
         torch.manual_seed(123)  # a checkpoint's RNG state, restored on resume
         torch.rand(3)
-        assert signal.getsignal(signal.SIGTERM) == OWNER.dispatch and OWNER.phases[-1] is stop
+        owner = session.owner
+        assert signal.getsignal(signal.SIGTERM) == owner.dispatch and owner.phases[-1] is stop
     assert torch.get_num_threads() == threads
     assert torch.equal(torch.get_rng_state(), rng)
     assert signal.getsignal(signal.SIGTERM) == handler
@@ -68,18 +74,14 @@ def test_the_training_loop_leaves_the_heap_before_it_to_the_collector_and_puts_i
 
 def test_a_stopped_worker_ignores_the_stops_second_copy_until_it_exits():
     """A joblib worker gets Ctrl-C from the terminal's group and again from its sweep; the copy
-    that arrives after its job has stopped must not end it before its closing line."""
+    that arrives after its job has stopped must not end it before its closing line (its job
+    ends inside training's phase: shell.lifecycle.run_job)."""
     handler = signal.getsignal(signal.SIGINT)
-    with OWNER.scope():  # the worker's process ends here: its stop goes with it
-        with StopSignals(second_exits=False) as stop:
-            os.kill(os.getpid(), signal.SIGINT)
-            assert stop.signum == signal.SIGINT
-        os.kill(os.getpid(), signal.SIGINT)  # KeyboardInterrupt with the handler put back
+    with Session() as session, session.holding(StopSignals(in_worker=True)) as stop:
+        os.kill(os.getpid(), signal.SIGINT)
         assert stop.signum == signal.SIGINT
-    assert signal.getsignal(signal.SIGINT) == handler
-    # Not stopped: the handlers are put back as for any job.
-    with StopSignals(second_exits=False):
-        pass
+        os.kill(os.getpid(), signal.SIGINT)  # the other copy: ignored, the process lives
+        assert stop.signum == signal.SIGINT
     assert signal.getsignal(signal.SIGINT) == handler
 
 

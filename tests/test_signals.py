@@ -6,11 +6,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.helpers import SMALL, STEPS, fake_sweep, small_config
+from tests import stops
+from tests.helpers import SMALL, fake_sweep, small_config
 
 pytestmark = pytest.mark.slow
 
@@ -65,15 +65,15 @@ def test_a_signal_while_hydra_or_torch_imports_is_one_line(tmp_path, signum, imp
 # directory and written its files there, nothing has trained.
 SIGNALLED_AT_JOB_START = """
 import os, runpy, sys
-import reluexp.cli as cli
+from reluexp.shell import lifecycle
 signum = int(sys.argv[1])
-start = cli.Lifecycle.on_job_start
+start = lifecycle.Lifecycle.on_job_start
 
 def on_job_start(self, *args, **kwargs):
     os.kill(os.getpid(), signum)
     return start(self, *args, **kwargs)
 
-cli.Lifecycle.on_job_start = on_job_start
+lifecycle.Lifecycle.on_job_start = on_job_start
 sys.argv = ["reluexp", *sys.argv[2:]]
 runpy.run_module("reluexp", run_name="__main__", alter_sys=True)
 """
@@ -117,26 +117,24 @@ def test_a_signal_to_a_report_is_one_line_and_leaves_its_files_whole(tmp_path, s
 
 def test_a_run_started_ignoring_sigint_keeps_ignoring_it(tmp_path):
     """42.4: a shell's background job (and nohup) starts with SIGINT ignored; Python leaves it
-    so, and a run must too: only the SIGTERM that follows stops it."""
+    so, and a run must too: only the SIGTERM that follows stops it (both sent by the run's
+    Function to its own process, at step 300: tests/stops.py)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "reluexp", f"steps={STEPS}", "checkpoint_every=200", *SMALL],
+        [sys.executable, "-m", "reluexp", "activation=custom", stops.TARGET, "steps=600"]
+        + ["checkpoint_every=200", *SMALL],
         cwd=tmp_path,
+        env=stops.stopping("SIGINT,SIGTERM", 300),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("outputs/runs/*/checkpoint.pt")):
-        assert time.monotonic() < deadline and process.poll() is None
-        time.sleep(0.02)
-    process.send_signal(signal.SIGINT)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=300)
     assert process.returncode == 143, stderr
     (run_dir,) = tmp_path.glob("outputs/runs/*")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["status"], summary["signal"]) == ("interrupted", "SIGTERM")
+    assert summary["steps_done"] == 301
 
 
 # `python -m reluexp.check ARGS` with `signal` raised as it writes its report.

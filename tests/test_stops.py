@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from reluexp.run.signals import STOPPED_AT_START_UP
+from reluexp.shell.stops import STOPPED_AT_START_UP
 from tests.helpers import SMALL
 
 pytestmark = pytest.mark.slow
@@ -127,15 +127,16 @@ def test_sigterm_to_the_lab_at_any_moment_is_one_line_and_143(tmp_path, delay):
     assert len(err) == 1 and err[0].startswith("reluexp.check: interrupted"), err
 
 
-def test_a_parallel_sweeps_stop_returns_from_its_handler_and_looks_at_its_workers_on_ticks(
+def test_a_parallel_sweeps_stop_returns_from_its_handler_and_watches_its_workers_from_a_thread(
     tmp_path, monkeypatch
 ):
-    """61.2: the handler itself waited, up to 120 s, for the workers' checkpoints. Now it
-    signals them and returns; each timer tick is one look; the sweep ends out of the handler,
-    where the launcher waits, once the running job has recorded."""
+    """61.2: the handler itself waited, up to 120 s, for the workers' checkpoints; then a timer's
+    handler read every job's summary.json. Now the handler signals the workers and returns; a
+    thread watches their jobs, and once the running one has recorded it kills the workers and
+    wakes the sweep, which ends out of the launcher's wait."""
     from reluexp.record.summary import RunSummary
-    from reluexp.run.signals import OWNER
-    from reluexp.sweeps import workers
+    from reluexp.shell import sweepstop
+    from reluexp.shell.session import Session
 
     job = tmp_path / "000_seed=0"
     job.mkdir()
@@ -147,22 +148,22 @@ def test_a_parallel_sweeps_stop_returns_from_its_handler_and_looks_at_its_worker
         signalled.append(signum)
         return [psutil.Process(worker.pid)]
 
-    monkeypatch.setattr(workers, "signal_workers", signal_workers)
+    monkeypatch.setattr(sweepstop, "signal_workers", signal_workers)
     ended = []
     try:
-        with OWNER.scope():
-            stop = workers.SweepStop(tmp_path, lambda: ended.append(True), parallel=True)
-            stop.handle(signal.SIGTERM, None)  # returns at once: nothing waited for
-            assert signalled == [signal.SIGTERM] and not stop.stopping.done
-            assert signal.getitimer(signal.ITIMER_REAL)[1] == workers.POLL_S
-            with pytest.raises(SystemExit) as exited, stop.waiting():
-                stop.handle(signal.SIGALRM, None)  # a tick while the job runs: a look
-                assert not ended and worker.poll() is None
+        with Session() as session:
+            stop = sweepstop.SweepStop(tmp_path, lambda: ended.append(True), parallel=True)
+            session.owner.push(stop)
+            with pytest.raises(SystemExit) as exited, stop.waiting():  # the launcher waits
+                stop.handle(signal.SIGTERM, None)  # returns at once: nothing waited for
+                assert signalled == [signal.SIGTERM] and not stop.stopping.done.is_set()
+                stop.stopping.watcher.join(timeout=0.5)  # the job still runs: it waits
+                assert not ended and worker.poll() is None and stop.stopping.watcher.is_alive()
                 RunSummary(status="interrupted").write(job)
-                stop.handle(signal.SIGALRM, None)  # recorded: raised out of the wait
+                stop.stopping.watcher.join(timeout=60)  # recorded: this thread is woken ...
+                for _ in range(600):
+                    time.sleep(0.1)  # ... and the sweep ends out of its wait
         assert exited.value.code == 128 + signal.SIGTERM and ended == [True]
         assert worker.wait(timeout=60) == -signal.SIGKILL
-        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     finally:
         worker.kill()
-        signal.setitimer(signal.ITIMER_REAL, 0)

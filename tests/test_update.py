@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from reluexp.cli import closing_line
 from reluexp.config import Config, ConfigError
 from reluexp.record import tags
 from reluexp.record.block import Block
@@ -17,6 +16,7 @@ from reluexp.record.tags import LR
 from reluexp.run import runner
 from reluexp.run.outcome import Outcome
 from reluexp.run.schedule import lr_factor
+from reluexp.shell.lifecycle import closing_line
 from reluexp.validation import validate
 from tests.helpers import scalars
 

@@ -3,7 +3,9 @@ hydra-submitit-launcher's, launching through reluexp.sweeps.launcher (each job f
 end); and behind `hydra/launcher=joblib`, hydra-joblib-launcher's, whose wait a stop may end
 at once."""
 
+import contextlib
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,17 @@ except ImportError:
     joblib_config = joblib_launcher = None
 
 
+def waiting_on_jobs() -> AbstractContextManager[None]:
+    """A launcher's wait on its jobs, where the sweep's own stop ends it at once
+    (reluexp.shell.sweepstop.SweepStop): the sweep of the command's session."""
+    from reluexp.shell.session import Session
+
+    session = Session.current()
+    if session is None or session.sweep is None:
+        return contextlib.nullcontext()
+    return session.sweep.waiting()
+
+
 def launch(
     launcher: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> list[JobReturn]:
@@ -30,7 +43,8 @@ def launch(
         launcher as launching,  # imported by a sweep only: plugin scans stay fast
     )
 
-    return launching.launch(launcher, [list(o) for o in job_overrides], initial_job_idx)
+    overrides = [list(o) for o in job_overrides]
+    return launching.launch(launcher, overrides, initial_job_idx, waiting_on_jobs)
 
 
 if submitit_launcher is not None:
@@ -56,13 +70,11 @@ if joblib_launcher is not None:
 
     class JoblibLauncher(joblib_launcher.JoblibLauncher):
         """hydra-joblib-launcher's, its wait on the workers marked as where a stop ends the
-        sweep at once (reluexp.sweeps.workers.SweepStop)."""
+        sweep at once (reluexp.shell.sweepstop.SweepStop)."""
 
         def launch(
             self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
         ) -> Sequence[JobReturn]:
-            from reluexp.sweeps.workers import waiting_on_jobs
-
             with waiting_on_jobs():
                 return super().launch(job_overrides, initial_job_idx)
 

@@ -15,7 +15,8 @@ from reluexp.lab.pipeline import Interrupted, Options, run_checks
 from reluexp.lab.subject import build_subject
 from reluexp.run.device import resolve_device
 from reluexp.run.process import job_environment
-from reluexp.run.signals import Interrupts
+from reluexp.shell.session import Session
+from reluexp.shell.stops import Interrupts
 from reluexp.validation import task_config, validate
 
 
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="also time the Function compiled by inductor beside the compiled reference (slow)",
+        help="also check it under torch.compile(fullgraph=True) and time it compiled by inductor "
+        "beside the compiled reference (slow: dynamo's import, inductor's kernels)",
     )
     parser.add_argument("--large", action="store_true", help="also time a (2048, 2048) input")
     parser.add_argument(
@@ -42,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides, as for python -m reluexp")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     # SIGINT and SIGTERM alike: the check ends, in one line naming its stage, where the user's
-    # code runs (it may never return), or once the config is composed (signals.Interrupts).
-    with Interrupts("reluexp.check: interrupted") as interrupts:
+    # code runs (it may never return), or once the config is composed (shell.stops).
+    line = "reluexp.check: interrupted"
+    with Session.joined(line) as session, session.holding(Interrupts(line)) as interrupts:
         return check(args, interrupts)
 
 

@@ -5,6 +5,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -17,10 +18,16 @@ from reluexp.run.batches import Batches
 from reluexp.run.data import Dataset
 from reluexp.run.losses import objective
 from reluexp.run.rundir import DiskReserve
-from reluexp.run.signals import StopSignals
 from reluexp.run.state import RunState, save_state
 
 log = logging.getLogger("reluexp")
+
+
+class Stop(Protocol):
+    """What asks a run to stop at its next step boundary: the signal that came, None till one
+    does (the entry point's: reluexp.shell.stops.StopSignals)."""
+
+    signum: int | None
 
 
 @dataclass
@@ -34,7 +41,7 @@ class Training:
     state: RunState
     stream: MetricStream
     recorder: Recorder
-    stop: StopSignals | None
+    stop: Stop | None
     progress: Progress
     reserve: DiskReserve | None
     start_step: int  # where this process started: a resumed run's checkpoint

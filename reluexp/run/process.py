@@ -1,8 +1,9 @@
-"""The process-wide state a job sets (torch threads, malloc, signal handlers, RNG) and puts back,
-so every job of an in-process sweep runs exactly as it would alone."""
+"""The process-wide state a job sets (torch threads, malloc, RNG) and puts back, so every job of an
+in-process sweep runs exactly as it would alone; and the SLURM job the process is."""
 
 import ctypes
 import gc
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -68,7 +69,7 @@ def heap_left_alone() -> Iterator[None]:
 def job_environment(device: torch.device, threads: int | None) -> Iterator[None]:
     """Set what a job changes process-wide (torch threads, malloc, RNG state) and put all of it
     back when the job ends, whatever ran before it in the same process. (Signal handlers are
-    the caller's: StopSignals.)"""
+    the entry point's: reluexp.shell.stops.)"""
     saved_threads = torch.get_num_threads()
     saved_rng = torch.get_rng_state()
     saved_cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
@@ -82,3 +83,11 @@ def job_environment(device: torch.device, threads: int | None) -> Iterator[None]
         torch.set_rng_state(saved_rng)
         if saved_cuda_rng is not None:
             torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def slurm_job_id() -> str | None:
+    """This process's SLURM job (`<array job>_<task>` for an array task), None outside SLURM."""
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        return f"{array_job}_{task}"
+    return os.environ.get("SLURM_JOB_ID")

@@ -93,15 +93,7 @@ def plan_resume(
     checkpoint = load_checkpoint(run_dir, summary.config)
     config = config_from_dict(checkpoint["config"])
     confirmations = {*confirmed, *(f"{key}={value}" for key, value in named.items())}
-    unconfirmed = [
-        f"{key}={path}"
-        for key, path in imported_paths(config).items()
-        if not is_own(path) and f"{key}={path}" not in confirmations
-    ]
-    # A key of one option is said after its option (the command line composes it there).
-    for key, option in (("data.loader", config.data.name), ("model.target", config.model.name)):
-        if any(said.startswith(f"{key}=") for said in unconfirmed):
-            unconfirmed.insert(0, f"{key.partition('.')[0]}={option.value}")
+    unconfirmed = confirmations_needed(config, confirmations)
     if unconfirmed:
         raise ConfigError(
             f"{where}: its config names {' '.join(unconfirmed)}, which is not reluexp's or "
@@ -109,6 +101,21 @@ def plan_resume(
             f"python -m reluexp resume={run_dir} {' '.join(unconfirmed)}"
         )
     return ResumePlan(run_dir, summary, checkpoint, config)
+
+
+def confirmations_needed(config: Config, given: Collection[str] = ()) -> list[str]:
+    """What a resume of a run of this config names again, beyond `given`: each dotted path it
+    imports outside reluexp and torch (`key=path`), a key of one option after its option."""
+    needed = [
+        f"{key}={path}"
+        for key, path in imported_paths(config).items()
+        if not is_own(path) and f"{key}={path}" not in given
+    ]
+    # A key of one option is said after its option (the command line composes it there).
+    for key, option in (("data.loader", config.data.name), ("model.target", config.model.name)):
+        if any(said.startswith(f"{key}=") for said in needed):
+            needed.insert(0, f"{key.partition('.')[0]}={option.value}")
+    return needed
 
 
 def continues(run_dir: Path, multirun: bool) -> bool:

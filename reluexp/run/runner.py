@@ -25,15 +25,14 @@ from reluexp.record.summary import RunSummary
 from reluexp.record.tags import LR, layout, segments
 from reluexp.run.data import Dataset, data_sizes, read_data
 from reluexp.run.device import check_memory, resolve_device
-from reluexp.run.loop import Training, train_loop
+from reluexp.run.loop import Stop, Training, train_loop
 from reluexp.run.losses import loss_kind
 from reluexp.run.model import PROBE_EXAMPLES, Built, build_model, draw_seed
 from reluexp.run.precision import check_precision, scaled
-from reluexp.run.process import heap_left_alone, job_environment
+from reluexp.run.process import heap_left_alone, job_environment, slurm_job_id
 from reluexp.run.resumes import ResumePlan, plan_resume
 from reluexp.run.rundir import DiskReserve, hold_run
 from reluexp.run.schedule import learning_rate, scheduled
-from reluexp.run.signals import StopSignals, slurm_job_id
 from reluexp.run.state import RunState, build_state, check_checkpoint, seeded_data
 from reluexp.validation import validate
 
@@ -103,18 +102,20 @@ def prepare(
         surrogate_of(settings.surrogate, settings.params, "activation.surrogate")
     arrays = read_data(config)
     sizes = None if arrays is None else data_sizes(arrays)
+    stored = None if arrays is None else sum(a.numel() * a.element_size() for a in arrays)
     check_memory(
         config,
         device,
         sizes,
         input_shape=None if arrays is None else tuple(arrays[0].shape[1:]),
+        data_bytes=stored,
     )
     data, generator = seeded_data(config, arrays)
     probe = data.inputs(data.x[:PROBE_EXAMPLES])
     built = build_model(config, (probe, data.d_out), activation, generator)
     # A parameter or site whose tag another value streams under is one line (tags.segments).
     segments(trained_names(built.model), [site.name for site in built.sites])
-    check_memory(config, device, sizes, built)
+    check_memory(config, device, sizes, built, data_bytes=stored)
     check_precision(config, built.model, probe)
     return Prepared(device, data, built, draw_seed(generator))
 
@@ -131,7 +132,7 @@ def run(
     *,
     prepared: Prepared | None = None,
     activation: ActivationFactory | None = None,
-    stop: StopSignals | None = None,
+    stop: Stop | None = None,
     varying: frozenset[str] = frozenset(),
 ) -> RunResult:
     """Train the configured model and return the run's result; with a run_dir, stream its
@@ -139,9 +140,10 @@ def run(
 
     `prepared`: what prepare() found, else prepared here; `activation`: a factory of the
     activation Modules to train with instead of the configured target's (the lab's oracle
-    twin); `stop`: the entry point's StopSignals, whose first signal ends the run at a step
-    boundary, checkpointed (without one, signals are left alone); `varying`: the config keys
-    that differ across this run's sweep, which its HParams show first."""
+    twin); `stop`: the entry point's (reluexp.shell.stops.StopSignals), whose first signal
+    ends the run at a step boundary, checkpointed (without one, signals are left alone);
+    `varying`: the config keys that differ across this run's sweep, which its HParams show
+    first."""
     prepared = prepared or prepare(config, run_dir=run_dir, activation=activation)
     summary = RunSummary(
         started_at=summaries.now(),
@@ -155,7 +157,7 @@ def run(
 def resume(
     run_dir: Path,
     *,
-    stop: StopSignals | None = None,
+    stop: Stop | None = None,
     confirmed: Collection[str] = (),
     plan: ResumePlan | None = None,
 ) -> RunResult | RunSummary:
@@ -194,7 +196,7 @@ def _run(
     summary: RunSummary,
     checkpoint: dict[str, Any] | None,
     prepared: Prepared,
-    stop: StopSignals | None,
+    stop: Stop | None,
     varying: frozenset[str] = frozenset(),
 ) -> RunResult:
     device, built = prepared.device, prepared.built

@@ -9,6 +9,8 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from reluexp.record.summary import RunSummary, SummaryError, record_lost
 from reluexp.sweeps.names import job_prefix
+from reluexp.sweeps.report.discovery import UNREADABLE
 from reluexp.sweeps.slurm import ENDED_STATES, GONE, slurm_states
 from reluexp.sweeps.terminal import job_line, sweep_plan
-from reluexp.sweeps.workers import waiting_on_jobs
 
 POLL_SECONDS = 1.0
 # A job SLURM shows as ended this long, with no result, is lost: a requeued job shows its
@@ -128,8 +130,10 @@ class JobFollower:
         self.results[job.number] = result
         try:
             summary = RunSummary.read(Path(result.hydra_cfg.hydra.runtime.output_dir))
-        except (AttributeError, SummaryError):
+        except AttributeError:  # no config came back: nothing says where it ran
             summary = RunSummary(status="failed", overrides=job.overrides)
+        except SummaryError as error:  # the run's own record: it says what it cannot read
+            summary = RunSummary(status=UNREADABLE, overrides=job.overrides, error=str(error))
         self.say(job, summary)
 
     def lost(self, job: Job, reason: str) -> None:
@@ -157,12 +161,18 @@ class JobFollower:
             print(job_line(job.number, self.plan, summary), file=sys.stderr, flush=True)
 
 
-def launch(launcher: Any, job_overrides: list[list[str]], initial_job_idx: int) -> list[JobReturn]:
-    """Submit the jobs and follow each to its end: a result for every job, in job order."""
+def launch(
+    launcher: Any,
+    job_overrides: list[list[str]],
+    initial_job_idx: int,
+    waiting: Callable[[], AbstractContextManager[None]],
+) -> list[JobReturn]:
+    """Submit the jobs and follow each to its end: a result for every job, in job order. The
+    wait is in `waiting()` (the sweep's own stop ends it at once)."""
     submitted = submit(launcher, job_overrides, initial_job_idx)
     jobs = [
         Job(initial_job_idx + i, list(overrides), job)
         for i, (overrides, job) in enumerate(zip(job_overrides, submitted))
     ]
-    with waiting_on_jobs():
+    with waiting():
         return JobFollower(launcher.config, jobs, on_slurm=launcher.cluster == "slurm").follow()

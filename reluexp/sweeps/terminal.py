@@ -132,7 +132,7 @@ def loss_lines_labelled(number: int, plan: Plan) -> Iterator[None]:
 
 
 def job_lines(hydra_config: DictConfig) -> bool:
-    """A sweep's jobs each end with a job line (cli.Lifecycle.on_job_end), but under
+    """A sweep's jobs each end with a job line (shell.lifecycle.Lifecycle.on_job_end), but under
     submitit's launchers, which print their own."""
     return "submitit" not in str(hydra_config.launcher.get("_target_", ""))
 

@@ -1,6 +1,7 @@
 """Pre-flight: everything checked before Hydra makes a directory, where a mistake is one line.
 A single run's start (Started: its config checked and prepared, or the run it resumes), and a
-sweep's (its jobs, each distinct one checked once; the directory's own sweep, if it has one).
+sweep's (its jobs, each distinct one checked once and prepared for the job that runs it; the
+directory's own sweep, if it has one).
 torch is imported only once a run's start is checked: `--help` and a mistyped key answer
 without it."""
 
@@ -14,7 +15,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from reluexp.config import ConfigError
+from reluexp.config import ConfigError, config_dict
 from reluexp.hydra_glue import SEARCH_SPACE
 from reluexp.run.rundir import RESERVE_BYTES
 from reluexp.sweeps.finish import check_same_sweep
@@ -97,13 +98,15 @@ def start_run(config: DictConfig) -> Started:
     return started
 
 
-def start_sweep(config: DictConfig) -> None:
+def start_sweep(config: DictConfig) -> dict[tuple[str, ...], Any]:
     """A sweep's pre-flight: its job name, what SLURM can schedule, the directory's own sweep
     when it has one (sweeps.finish), each distinct job (all its overrides but the seed)
     checked as a single run's start is, and room for its files. A mistake every such job
     would make (a param its activation does not take, a data file that is not there) is one
     line before any job runs, not a failed job directory each; a sweeper that chooses as it
-    goes (Optuna) is checked job by job."""
+    goes (Optuna) is checked job by job. Returns what each checked job was prepared with, by
+    its overrides: a job the sweep runs in this process starts from it (its model is not built
+    twice)."""
     from reluexp.run.runner import prepare
 
     check_job_name(config.hydra.job.name)
@@ -111,6 +114,9 @@ def start_sweep(config: DictConfig) -> None:
         check_slurm_resources(config.hydra.launcher)
     check_same_sweep(config)
     planned = jobs_in(config.hydra)
+    # Jobs in other processes (joblib's workers, submitit's) prepare their own.
+    in_this_process = str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher")
+    prepared: dict[tuple[str, ...], Any] = {}
     if isinstance(planned, list):
         loader = GlobalHydra.instance().config_loader()
         checked: set[tuple[str, ...]] = set()
@@ -120,12 +126,25 @@ def start_sweep(config: DictConfig) -> None:
                 continue
             checked.add(distinct)
             try:
-                prepare(task_config(loader.load_sweep_config(config, job)))
+                job_config = task_config(loader.load_sweep_config(config, job))
+                made = prepare(job_config)
+                if in_this_process:
+                    prepared[tuple(job)] = PreparedJob(config_dict(job_config), made)
             except ConfigError as error:
                 raise ConfigError(f"job {number} ({' '.join(job)}): {error}") from None
     else:
         check_search_space(config)
     check_writable("hydra.sweep.dir", config.hydra.sweep.dir)
+    return prepared
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A sweep job the pre-flight prepared: its config (as a dict) and what run.runner.prepare
+    made of it."""
+
+    config: dict[str, Any]
+    prepared: Any
 
 
 def check_search_space(config: DictConfig) -> None:
