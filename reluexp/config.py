@@ -305,6 +305,14 @@ class Config:
             "slightly."
         ),
     )
+    lab_seconds: float = field(
+        default=60.0,
+        metadata=meaning(
+            "At a sweep's end, the lab checks each custom Function it trained (its report's lab "
+            "column), for at most this many seconds each (`not checked: took longer than N s` "
+            "past it); 0 checks none."
+        ),
+    )
     quiet: bool = field(
         default=False,
         metadata=meaning(

@@ -68,6 +68,12 @@ def validate(config: Config) -> None:
     fraction = getattr(data, "val_fraction", 0.5)  # CIFAR brings its validation split
     _require(0 < fraction < 1, "data.val_fraction", fraction, "must be between 0 and 1")
     _require(config.eval_every >= 1, "eval_every", config.eval_every, "must be >= 1")
+    _require(
+        math.isfinite(config.lab_seconds) and config.lab_seconds >= 0,
+        "lab_seconds",
+        config.lab_seconds,
+        "must be finite and >= 0",
+    )
     for width in getattr(config.model, "hidden", []):  # model=custom has none
         _require(width >= 1, "model.hidden", config.model.hidden, "every width must be >= 1")
     if config.model.name == ModelName.resnet:

@@ -11,8 +11,9 @@ import sys
 import pytest
 import torch
 
-from reluexp.config import ConfigError
-from reluexp.lab import Status, check_function, command
+from reluexp.config import Config, ConfigError
+from reluexp.functions import MyReLU
+from reluexp.lab import Status, check_function, command, pipeline
 from reluexp.lab.calls import raised
 from reluexp.lab.cases import sample
 from tests import corpus
@@ -499,7 +500,8 @@ def test_a_param_added_with_a_plus_reaches_the_function(tmp_path):
 
 
 @pytest.mark.slow
-def test_users_own_function_from_the_current_directory(tmp_path):
+def test_users_own_function_from_the_current_directory_without_compiling_it(tmp_path):
+    """The default check imports no dynamo (about a second: --compile is its own stage)."""
     (tmp_path / "my_act.py").write_text(
         "import torch\n"
         "class Relu(torch.autograd.Function):\n"
@@ -512,7 +514,7 @@ def test_users_own_function_from_the_current_directory(tmp_path):
         "        (x,) = ctx.saved_tensors\n"
         "        return g * (x > 0)\n"
     )
-    command_line = [sys.executable, "-m", "reluexp.check", "activation=custom"]
+    command_line = [sys.executable, "-X", "importtime", "-m", "reluexp.check", "activation=custom"]
     command_line += ["activation.target=my_act.Relu"]
     result = subprocess.run(
         [*command_line, f"hydra.run.dir={tmp_path / 'out'}"],
@@ -523,6 +525,8 @@ def test_users_own_function_from_the_current_directory(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1].startswith("Relu: gradients correct")
+    assert re.search(r"\| +torch\._dynamo$", result.stderr, flags=re.M) is None
+    assert re.search(r"\| +torch$", result.stderr, flags=re.M)  # the import times were there
 
 
 @pytest.mark.slow
@@ -565,6 +569,29 @@ def test_training_imports_a_declared_surrogate_before_it_starts_and_never_calls_
         assert result.returncode == 2
         assert result.stderr.startswith(f"reluexp: error: {message}")
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(("threads", "used"), [(None, 1), (2, 2)])
+def test_check_function_runs_on_the_commands_threads_and_puts_the_callers_back(
+    monkeypatch, threads, used
+):
+    """73.2: in a user's pytest it ran on torch's default threads, 1.8x the command's CPU."""
+    seen = []
+
+    def record_threads(subject, config, options):
+        seen.append(torch.get_num_threads())
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(pipeline, "run_checks", record_threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with pytest.raises(ConfigError):
+            check_function(MyReLU, experiment=Config(device="cpu", threads=threads))
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [used]
 
 
 @pytest.mark.parametrize(("overrides", "threads"), [([], 1), (["threads=2"], 2)])

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from reluexp.lab import Status, check_function
+from reluexp.lab.compiled import NOT_COMPILED
 
 pytestmark = pytest.mark.compat
 
@@ -249,7 +250,9 @@ def compile_findings(report):
 
 def test_a_correct_custom_op_passes_with_no_compile_finding(custom_ops):
     ops, _ = custom_ops
-    report = check_function(ops.softplus, torch.nn.functional.softplus, training=False)
+    report = check_function(
+        ops.softplus, torch.nn.functional.softplus, training=False, compile=True
+    )
     assert report.ok, str(report)
     found = compile_findings(report)
     assert {name: f.status for name, f in found.items()} == {
@@ -272,8 +275,16 @@ def test_a_custom_op_whose_fake_kernel_is_wrong_fails_naming_it(custom_ops):
     assert "Shapes torch.Size([4, 5]) and torch.Size([4]) are not equal" in opcheck.detail
 
 
+def test_the_default_check_compiles_nothing_and_says_so():
+    """73.2: the fullgraph check imported dynamo, most of a default check's time: it is its own
+    stage, which compile=True (--compile) runs."""
+    found = compile_findings(check_function(BranchingReLU, torch.relu, training=False))
+    assert found["torch.compile fullgraph"].status == Status.INFO
+    assert found["torch.compile fullgraph"].detail == NOT_COMPILED
+
+
 def test_a_graph_break_is_named_at_the_users_line():
-    report = check_function(BranchingReLU, torch.relu, training=False)
+    report = check_function(BranchingReLU, torch.relu, training=False, compile=True)
     found = compile_findings(report)["torch.compile fullgraph"]
     assert found.status == Status.INFO
     line = BranchingReLU.forward.__code__.co_firstlineno + 3  # the `if`

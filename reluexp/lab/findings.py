@@ -145,9 +145,10 @@ class Report:
     def ok(self) -> bool:
         return all(f.status not in self.failing for f in self.findings)
 
-    def verdict(self) -> str:
+    def verdict(self, lines_above: bool = True) -> str:
         """The one line that answers "is my backward right?"; its counts say how many of
-        each kind are among the lines above it (one per group) where fewer are."""
+        each kind are among the lines above it (one per group) where fewer are (unless no
+        lines are above it)."""
         status = self.status
         if status == Status.ERROR:
             check = next(f.check for f in self.findings if f.status == Status.ERROR)
@@ -161,7 +162,9 @@ class Report:
             if n:
                 above = shown.count(kind)
                 where = (
-                    "" if above == n else f" ({above} above, one per group; the report has each)"
+                    ""
+                    if above == n or not lines_above
+                    else f" ({above} above, one per group; the report has each)"
                 )
                 notes.append(f"{n} {kind.label} finding{'s' if n > 1 else ''}{where}")
         return f"{self.name}: gradients correct" + "".join(

@@ -28,7 +28,7 @@ from reluexp.lab.checks import (
     range_checks,
     returns_checks,
 )
-from reluexp.lab.compiled import compile_checks
+from reluexp.lab.compiled import compile_checks, custom_op_checks
 from reluexp.lab.context import FLOATS, Check, Context, Learned, Learnt, Options
 from reluexp.lab.costs import cost_checks, memory_checks, transform_checks
 from reluexp.lab.coverage import coverage_checks
@@ -165,6 +165,7 @@ STAGES = [
     Stage("every magnitude", (coverage_checks,)),
     Stage("reference", (reference_checks,)),
     Stage("transforms, memory, cost", (transform_checks, memory_checks, cost_checks)),
+    Stage("custom op", (custom_op_checks,)),
     Stage("compile", (compile_checks,)),
 ]
 
@@ -280,8 +281,9 @@ def check_function(
     `reference_params`: keyword arguments of the reference alone (`{"approximate": "tanh"}`
     for F.gelu). `domain=(low, high)`: check only there. Nothing is written unless `out_dir` names a
     directory. `experiment`: the training run (default: the seed's, on the CPU). A mistake in
-    the arguments raises ConfigError before anything runs; the caller's random stream and
-    threads are left as they were."""
+    the arguments raises ConfigError before anything runs. It runs on one torch thread (the
+    lab's tensors are small), or `experiment.threads`, as the command does; the caller's
+    threads, random stream and logging are left as they were."""
     if experiment is not None and not isinstance(experiment, Config):
         raise ConfigError(
             f"experiment={experiment!r}: expected a reluexp.config.Config (or None: the seed's)"
@@ -303,7 +305,9 @@ def check_function(
     )
     directory = checked_out_dir(out_dir)
     subject = build_subject(target, reference, surrogate, params, reference_params)
-    with job_environment(device, experiment.threads):
+    # One torch thread unless the experiment says: the command's policy (lab/command.py).
+    threads = 1 if experiment.threads is None else experiment.threads
+    with job_environment(device, threads):
         checked = run_checks(subject, experiment, options)
     if directory is not None:
         checked.write(directory)

@@ -8,19 +8,24 @@ from typing import Any
 from reluexp.config import Config
 
 
-def check_activation(activation: dict[str, Any], directory: Path) -> None:
-    """The default check of a sweep's activation (its target, reference, surrogate, params,
-    reference_params and domain, as a job's config holds them), written into directory. On one
-    thread, as `python -m reluexp.check` runs: the lab's tensors are small."""
+def check_activation(activation: dict[str, Any], directory: Path) -> str:
+    """The check of a sweep's activation (its target, reference, surrogate, params,
+    reference_params and domain, as a job's config holds them), written into directory; its
+    verdict (`gradients correct`, `WRONG`, ...). The default check but its training runs: the
+    sweep itself trains the Function beside its reference (its report pairs them by seed), and
+    they were most of the check's time. On one thread, as `python -m reluexp.check` runs: the
+    lab's tensors are small."""
     from reluexp.lab.pipeline import check_function
 
-    check_function(
+    report = check_function(
         activation["target"],
         activation["reference"],
         surrogate=activation["surrogate"],
         params=activation["params"] or None,
         reference_params=activation["reference_params"] or None,
         domain=tuple(activation["domain"]) if activation["domain"] else None,
+        training=False,
         experiment=Config(device="cpu", threads=1),
         out_dir=directory,
     )
+    return report.verdict(lines_above=False).removeprefix(f"{report.name}: ")

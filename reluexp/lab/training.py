@@ -106,6 +106,9 @@ def where_they_part(target: Side, other: Side) -> dict[str, Any]:
     }
 
 
+# The training parity's finding in a check that trains nothing (check_function(training=False),
+# a sweep's own check).
+NOT_TRAINED = "not trained here (training=False); `python -m reluexp.check` trains it"
 # The training parity's finding when neither the Function's run nor its twin's trained.
 BOTH_DIVERGE = "both runs diverge"
 
@@ -368,7 +371,8 @@ def training_checks(context: Context) -> list[Check]:
 
     def check() -> Learnt:
         if not context.options.training:
-            return Learnt([], Learned(reached=preactivations(config, None)))
+            skipped = Finding(Group.TRAINING, "training parity", Status.INFO, NOT_TRAINED)
+            return Learnt([skipped], Learned(reached=preactivations(config, None)))
         with runs_silenced():
             try:
                 deciding, twin_facts, function64 = deciding_pair(

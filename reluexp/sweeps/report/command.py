@@ -1,22 +1,44 @@
-"""`python -m reluexp.report outputs/multirun/<sweep>`: the sweep's report, whatever its state.
+"""`python -m reluexp.report outputs/multirun/<sweep> [--lab-seconds N]`: the sweep's report,
+whatever its state.
 
 Works on any sweep directory, finished, interrupted or still running: every job the sweep
 planned is listed with its status (`not started` included), and the losses aggregate the
 completed runs only. Writes summary.csv, summary.md and loss_curves.png into it, and the
-lab's check of each custom Function its jobs trained into lab/ (its verdict in the table).
+lab's check of each custom Function its jobs trained into lab/ (its verdict in the table),
+each for at most N seconds (60; 0 checks none).
 """
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from reluexp.sweeps.report.outputs import write_report
 from reluexp.sweeps.report.verdicts import FunctionCheck
 
+# How long each lab check may take, unless --lab-seconds says (the schema's lab_seconds).
+LAB_SECONDS = 60.0
 
-def main(argv: list[str] | None = None, check: FunctionCheck | None = None) -> int:
-    """The report; each custom Function not yet checked is checked by `check` (the lab's,
-    which reluexp.report passes in)."""
-    args = sys.argv[1:] if argv is None else argv
+
+def main(
+    argv: list[str] | None = None, check: Callable[[float], FunctionCheck] | None = None
+) -> int:
+    """The report; each custom Function not yet checked is checked by `check(seconds)` (the
+    lab's, bounded, which reluexp.report passes in)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    seconds = LAB_SECONDS
+    if "--lab-seconds" in args:
+        at = args.index("--lab-seconds")
+        try:
+            seconds = float(args[at + 1])
+            if not 0 <= seconds < float("inf"):
+                raise ValueError
+        except (IndexError, ValueError):
+            print(
+                "reluexp.report: error: --lab-seconds takes a number of seconds >= 0",
+                file=sys.stderr,
+            )
+            return 2
+        del args[at : at + 2]
     if len(args) != 1 or args[0] in ("-h", "--help"):
         print(__doc__.strip(), file=sys.stderr)
         return 2
@@ -33,7 +55,7 @@ def main(argv: list[str] | None = None, check: FunctionCheck | None = None) -> i
         )
         return 2
     try:
-        written = write_report(sweep_dir, check)
+        written = write_report(sweep_dir, check and check(seconds))
     except OSError as error:
         where = error.filename or sweep_dir
         print(f"reluexp.report: error: {where}: cannot write ({error.strerror})", file=sys.stderr)

@@ -19,8 +19,13 @@ FUNCTION_KEYS = ("target", "reference", "surrogate", "params", "reference_params
 
 # Checks an activation (these keys of a job's config) and writes check.json into the directory;
 # raises ConfigError where the lab cannot take it (a target that does not import), OSError where
-# it cannot write there.
-FunctionCheck = Callable[[dict[str, Any], Path], None]
+# it cannot write there, NotChecked where the check did not run to its end.
+FunctionCheck = Callable[[dict[str, Any], Path], object]
+
+
+class NotChecked(Exception):
+    """A check that did not run to its end (its time was up, a stop came): why, in a few
+    words, the verdict's text after `not checked: `."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ def verdict_in(sweep_dir: Path, function: dict[str, Any], check: FunctionCheck |
     if not checked.is_file() and check is not None:
         try:
             check(function, sweep_dir / relative)
-        except ConfigError as error:
+        except (ConfigError, NotChecked) as error:
             return Verdict(name, f"not checked: {error}")
         except OSError as error:  # its report could not be written (a full disk): the rest stands
             return Verdict(name, f"not checked: cannot write {relative}: {error.strerror}")
