@@ -9,7 +9,7 @@ import numpy
 import pytest
 import torch
 
-from reluexp.config import Config, ConfigError
+from reluexp.config import Config, ConfigError, Dtype
 from reluexp.hydra_glue import compose_config
 from reluexp.options import DataName
 from reluexp.record import progress
@@ -17,7 +17,8 @@ from reluexp.record.events import read_scalars
 from reluexp.run import runner
 from reluexp.run.data import Dataset
 from reluexp.run.losses import objective
-from reluexp.run.signals import StopSignals
+from reluexp.shell.session import Session
+from reluexp.shell.stops import StopSignals
 from reluexp.validation import task_config, validate
 from tests.helpers import run_cli, summary
 
@@ -66,7 +67,11 @@ def interrupted_at(step: int, config: Config, run_dir, monkeypatch) -> None:
         update(self, reached)
 
     monkeypatch.setattr(progress.Progress, "update", signal_at)
-    with pytest.raises(runner.Interrupted), StopSignals() as stop:
+    with (
+        pytest.raises(runner.Interrupted),
+        Session() as session,
+        session.holding(StopSignals()) as stop,
+    ):
         runner.run(config, run_dir, stop=stop)
     monkeypatch.setattr(progress.Progress, "update", update)
 
@@ -366,6 +371,22 @@ def test_real_datas_memory_check_names_its_own_sizes(monkeypatch):
     monkeypatch.setattr("reluexp.run.device.available_memory", lambda device: 2**18)
     config = task_config(compose_config(["data=digits"]))
     with pytest.raises(ConfigError, match=r"^data=digits \(1797 examples of 64 inputs, 10 outputs"):
+        runner.prepare(config)
+
+
+def test_the_memory_check_counts_uint8_pixels_as_bytes(tmp_path, monkeypatch):
+    """75.4: images kept as uint8 pixels were counted as the run's float32: 4x their size."""
+    pixels = numpy.zeros((3000, 3, 32, 32), dtype=numpy.uint8)  # 9.2 MB, 36.9 MB as float32
+    path = tmp_path / "pixels.npz"
+    numpy.savez(path, x=pixels, y=numpy.arange(3000) % 10)
+    monkeypatch.setattr("reluexp.run.device.available_memory", lambda device: 20 * 2**20)
+    overrides = ["data=file", f"data.path={path}", "model=cnn", "data.batch_size=10"]
+    config = task_config(compose_config([*overrides, "device=cpu"]))
+    assert runner.prepare(config).data.x.dtype == torch.uint8
+    config.dtype = Dtype.float64  # the pixels stay uint8; the weights are what doubles
+    runner.prepare(config)
+    monkeypatch.setattr("reluexp.run.device.available_memory", lambda device: 8 * 2**20)
+    with pytest.raises(ConfigError, match=r"^data=file \(3000 examples"):
         runner.prepare(config)
 
 

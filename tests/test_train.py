@@ -431,12 +431,13 @@ def test_a_smaller_last_batch_keeps_the_grouping_of_the_sites():
 
 def recorded_row(stream: MetricStream, order: list[str]) -> dict[str, float]:
     """One row whose update's values are recorded in `order`, as {tag: value}: a gradient of
-    norm 6 (sqrt(4 * 9)), a weight of norm 6 (sqrt(9 * 4)), an activation slope of 0.5."""
+    norm 6 (sqrt(4 * 9)), a weight of norm 10 (sqrt(25 * 4)), an activation slope of 0.5:
+    each value its own, so that values swapped between tags are seen."""
     parameter = torch.nn.Parameter(torch.zeros(4))
     parameter.grad = torch.full((4,), 3.0)
     recorders = {
         "grads": lambda stream: stream.record_grad_norms([parameter]),
-        "weights": lambda stream: stream.record_weight_norms([torch.full((9,), 2.0)]),
+        "weights": lambda stream: stream.record_weight_norms([torch.full((25,), 2.0)]),
         "params": lambda stream: stream.record_activation_params([torch.tensor([0.5])]),
     }
     stream.start_row(0)
@@ -453,7 +454,7 @@ def test_a_rows_values_land_under_their_tags_whatever_order_they_are_recorded_in
     values = recorded_row(stream, order)
     assert values["loss/train"] == 7.0
     assert values["norm/grad_w"] == values["norm/grad_total"] == 6.0  # sqrt(4 * 9)
-    assert values["norm/weight_w"] == 6.0  # sqrt(9 * 4)
+    assert values["norm/weight_w"] == 10.0  # sqrt(25 * 4)
     assert values["param/act.slope"] == 0.5
 
 

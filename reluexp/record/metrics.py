@@ -125,6 +125,8 @@ def host_square(vector: torch.Tensor) -> float:
     again in float64, where such squares fit: a norm streams as inf only where it is inf."""
     square = torch.dot(vector, vector).item()
     if vector.dtype != torch.float64 and not smallest_normal(vector.dtype) <= square < math.inf:
+        if square == 0 and not vector.any():  # a zero vector (a dead unit's gradient): 0
+            return 0.0
         wide = vector.double()
         square = torch.dot(wide, wide).item()
     return square

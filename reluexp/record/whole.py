@@ -1,5 +1,6 @@
-"""Files written whole: under a temporary name beside them, then renamed over them, so that a
-reader, or a process killed mid-write, sees the old file or the new one, never half of one."""
+"""Files written whole: under a temporary name beside them, flushed to the disk, then renamed
+over them (the rename flushed too), so that a reader, a process killed mid-write or a power cut
+leaves the old file or the new one, never half of one. Text is UTF-8, whatever the locale."""
 
 import json
 import math
@@ -14,15 +15,29 @@ def write_whole(path: Path, data: bytes | str) -> None:
     names the path, not the temporary name."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        if isinstance(data, str):
-            tmp.write_text(data)
-        else:
-            tmp.write_bytes(data)
+        with tmp.open("wb") as file:
+            file.write(data.encode("utf-8") if isinstance(data, str) else data)
+            file.flush()
+            os.fsync(file.fileno())
         os.replace(tmp, path)
+        sync_directory(path.parent)
     except OSError as error:
         raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def sync_directory(directory: Path) -> None:
+    """A rename into the directory, flushed to the disk (where the system lets a directory be
+    opened: POSIX)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def strict(value: Any) -> Any:

@@ -52,6 +52,7 @@ def check_memory(
     data_sizes: tuple[int, int, int] | None = None,
     built: Built | None = None,
     input_shape: tuple[int, ...] | None = None,
+    data_bytes: int | None = None,
 ) -> None:
     """Refuse sizes whose tensors cannot fit before allocating them (a lower bound of a step's
     peak: data, parameters with their gradients and optimizer state, each activation's input,
@@ -59,7 +60,9 @@ def check_memory(
     weights (the config gives their sizes), and once it is, with any other model's parameters
     and the activations its probe saw; a ResNet is counted before it is built, from its depth
     and widths and `input_shape` (an example's). data_sizes: real data's examples, input and
-    output sizes; the random data's come from the config."""
+    output sizes; the random data's come from the config. data_bytes: real data's arrays as
+    they are kept (images as uint8 pixels, labels as integers), not counted in the run's
+    dtype."""
     mlp = config.model.name == ModelName.mlp
     if built is not None and mlp:  # counted before it was built
         return
@@ -70,7 +73,7 @@ def check_memory(
         n, d_in, d_out = data_sizes
         shown = f"data={config.data.name.value} ({n} examples of {d_in} inputs, {d_out} outputs)"
     batch = min(n, config.data.batch_size or n)
-    elements = n * (d_in + d_out)
+    elements = n * (d_in + d_out) if data_bytes is None else 0
     if mlp:
         shown += f", model.hidden={config.model.hidden}"
         sizes = [d_in, *config.model.hidden, d_out]
@@ -90,7 +93,7 @@ def check_memory(
     else:
         parameters = activations = 0
     elements += 4 * parameters + 3 * activations
-    needed = elements * getattr(torch, config.dtype.value).itemsize
+    needed = elements * getattr(torch, config.dtype.value).itemsize + (data_bytes or 0)
     available = available_memory(device)
     if available is not None and needed > available:
         raise ConfigError(

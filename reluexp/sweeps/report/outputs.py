@@ -281,7 +281,8 @@ def markdown_tables(rows: list[dict[str, object]], per_table: int | None = None)
     head = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     body = []
     for row in table_rows:
-        cells = [row[column].replace("|", "\\|") for column in columns]
+        # A cell is one line of the table: a message's own line breaks become spaces.
+        cells = [" ".join(row[column].replace("|", "\\|").split("\n")) for column in columns]
         body.append("| " + " | ".join(cells) + " |")
     size = per_table or max(len(body), 1)
     return ["\n".join(head + body[i : i + size]) + "\n" for i in range(0, max(len(body), 1), size)]

@@ -240,11 +240,25 @@ def summary_rows(
     return rows
 
 
-# Student's t, 97.5% quantile, by degrees of freedom (two-sided 95% interval); the normal's
-# 1.96 beyond 30.
+# Student's t, 97.5% quantile, by degrees of freedom 1 to 30 (two-sided 95% interval).
 T_975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179]
 T_975 += [2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064]
 T_975 += [2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t_975(dof: int) -> float:
+    """Student's t 97.5% quantile: the table to 30 degrees of freedom, past it the
+    Cornish-Fisher expansion around the normal's 1.95996 (within 2e-4 from 30 on; the normal's
+    1.96 alone is 4% short at 31)."""
+    if dof <= len(T_975):
+        return T_975[dof - 1]
+    z = 1.959964
+    return (
+        z
+        + (z**3 + z) / (4 * dof)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * dof**3)
+    )
 
 
 @dataclass
@@ -342,8 +356,7 @@ def paired(group: Group) -> Paired | None:
     n = len(differences)
     half_width = None
     if n > 1:
-        t = T_975[n - 2] if n - 1 <= len(T_975) else 1.96
-        half_width = t * statistics.stdev(differences) / math.sqrt(n)
+        half_width = t_975(n - 1) * statistics.stdev(differences) / math.sqrt(n)
     return Paired(metric, differences, mean, half_width, left_out)
 
 
