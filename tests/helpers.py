@@ -1,12 +1,17 @@
 """Shared helpers: an independent copy of the seed's loop, the CLI run as a user runs it, small
 runs, fake sweeps, and the one way events are read back."""
 
+import contextlib
+import io
 import json
+import logging
 import os
 import pickle
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -65,17 +70,113 @@ def seed_loop(relu=SeedRelu.apply, steps=500, seed=42, lr=1e-6):
     return records
 
 
-def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    """`python -m reluexp ARGS` in a subprocess, as a user types it."""
+@dataclass(frozen=True)
+class Done:
+    """What a command left: its exit status and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def entry_point(module: str) -> Callable[[list[str]], int | None]:
+    """What `python -m MODULE` calls once imported, with the command line's arguments (the
+    process's own ending, which only a process has, left out)."""
+    if module == "reluexp":
+        from reluexp.cli import main
+
+        return lambda argv: main()
+    if module == "reluexp.check":
+        from reluexp.lab.command import main as check
+
+        return check
+    if module == "reluexp.report":
+        from reluexp.report import run as report
+
+        return lambda argv: report()
+    raise ValueError(f"no entry point {module}")
+
+
+def run_cli(*args: str, cwd: Path, check: bool = True, module: str = "reluexp") -> Done:
+    """`python -m MODULE ARGS` as a user types it in `cwd`, run in this process: its exit
+    status, stdout and stderr. What a process would start afresh is put back after it: the
+    working directory, sys.path, the modules it imported from `cwd` (a user's Function), the
+    loggers Hydra configured, a parallel sweep's worker processes. Tests of what only a
+    process has (signals from outside, the interpreter's exit, closed streams) use
+    run_process."""
+    main = entry_point(module)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    modules, loggers = set(sys.modules), logger_settings()
+    previous_cwd, previous_path, argv = os.getcwd(), list(sys.path), list(sys.argv)
+    code: int | str | None = 0
+    try:
+        os.chdir(cwd)
+        # `python -m` puts the working directory first on sys.path.
+        sys.path.insert(0, str(Path(cwd).resolve()))
+        sys.argv[:] = [module, *args]
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main(list(args))
+            except SystemExit as exit:
+                code = exit.code
+    finally:
+        os.chdir(previous_cwd)
+        sys.path[:], sys.argv[:] = previous_path, argv
+        for name in set(sys.modules) - modules:
+            origin = getattr(sys.modules[name], "__file__", None) or ""
+            if Path(origin).resolve().is_relative_to(Path(cwd).resolve()):
+                del sys.modules[name]
+        restore_loggers(loggers)
+        if "joblib" in sys.modules:
+            # A parallel sweep's worker processes outlive it, in the directory they started in.
+            from joblib.externals.loky import get_reusable_executor
+
+            get_reusable_executor().shutdown(wait=True)
+    if isinstance(code, str):  # sys.exit("message"): printed, status 1
+        stderr.write(code + "\n")
+        code = 1
+    done = Done(code or 0, stdout.getvalue(), stderr.getvalue())
+    if check and done.returncode != 0:
+        pytest.fail(f"{module} {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+    return done
+
+
+def logger_settings() -> dict[logging.Logger, tuple]:
+    """Every logger's handlers, level, propagation and state (Hydra configures them per run)."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    return {
+        logger: (list(logger.handlers), logger.level, logger.propagate, logger.disabled)
+        for logger in loggers
+        if isinstance(logger, logging.Logger)
+    }
+
+
+def restore_loggers(saved: dict[logging.Logger, tuple]) -> None:
+    """The loggers as they were: handlers a run added (its log file, its captured streams)
+    closed and removed."""
+    for logger in logger_settings():
+        handlers, level, propagate, disabled = saved.get(logger, ([], logging.NOTSET, True, False))
+        for handler in logger.handlers:
+            if handler not in handlers:
+                handler.close()
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate, logger.disabled = propagate, disabled
+
+
+def run_process(
+    *args: str, cwd: Path, check: bool = True, module: str = "reluexp", timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` in a process of its own: for what only a process has."""
     result = subprocess.run(
-        [sys.executable, "-m", "reluexp", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
     if check and result.returncode != 0:
-        pytest.fail(f"reluexp {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+        pytest.fail(f"{module} {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
     return result
 
 

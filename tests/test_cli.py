@@ -4,6 +4,7 @@ import contextlib
 import csv
 import json
 import logging
+import os
 import pstats
 import re
 import shlex
@@ -28,6 +29,7 @@ from reluexp.config import Config
 from reluexp.record import progress
 from reluexp.record.progress import Progress
 from reluexp.run import runner
+from reluexp.shell import lifecycle
 from tests.helpers import SMALL, run_cli, summary
 
 pytestmark = pytest.mark.slow
@@ -60,6 +62,22 @@ def test_user_mistakes_get_one_line(tmp_path):
         "reluexp: error: Only one of --run, --multirun, --cfg, --info and --shell_completion "
         "can be specified\n",
     )
+
+
+@pytest.mark.parametrize("set_before", [None, "0"])
+def test_hydras_full_error_is_left_as_the_user_set_it(tmp_path, monkeypatch, set_before):
+    """75.4: the command set HYDRA_FULL_ERROR=1 for Hydra to raise to it, then deleted it: a
+    user's HYDRA_FULL_ERROR=0 was gone for an in-process caller's next command."""
+    if set_before is None:
+        monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    else:
+        monkeypatch.setenv("HYDRA_FULL_ERROR", set_before)
+    result = run_cli("stepz=3", cwd=tmp_path, check=False)
+    assert (result.returncode, result.stderr) == (
+        2,
+        "reluexp: error: stepz: no such key; did you mean steps?\n",
+    )
+    assert os.environ.get("HYDRA_FULL_ERROR") == set_before
 
 
 def test_version_names_reluexp_torch_and_hydra(tmp_path):
@@ -534,7 +552,7 @@ def test_ctrl_c_between_sweep_jobs_writes_the_summary_and_exits_130(tmp_path, mo
         signal.raise_signal(signal.SIGINT)
         return "a job line"
 
-    monkeypatch.setattr(cli, "job_line", interrupted_after_the_first)
+    monkeypatch.setattr(lifecycle, "job_line", interrupted_after_the_first)
     with pytest.raises(SystemExit) as stopped:
         cli.main()
     assert stopped.value.code == 130 and len(ended) == 1
@@ -549,8 +567,9 @@ def test_ctrl_c_between_sweep_jobs_writes_the_summary_and_exits_130(tmp_path, mo
 SIGTERM_IN_THE_REPORT = """
 import signal, sys
 from reluexp import cli
+from reluexp.shell import lifecycle
 
-write, calls = cli.write_sweep_summary, []
+write, calls = lifecycle.write_sweep_summary, []
 
 def signalled_in_the_report(sweep_dir, *check):
     calls.append(sweep_dir)
@@ -558,7 +577,7 @@ def signalled_in_the_report(sweep_dir, *check):
         signal.raise_signal(signal.SIGTERM)
     return write(sweep_dir, *check)
 
-cli.write_sweep_summary = signalled_in_the_report
+lifecycle.write_sweep_summary = signalled_in_the_report
 sys.argv[0] = "reluexp"
 cli.main()
 """

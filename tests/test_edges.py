@@ -29,11 +29,11 @@ from reluexp.run.rundir import hold_run
 from reluexp.sweeps.report.command import main as report_main
 from reluexp.sweeps.report.discovery import find_jobs
 from reluexp.sweeps.report.outputs import write_report
+from tests import stops
 from tests.helpers import (
     RAISING_FUNCTION,
     REPO_ROOT,
     SMALL,
-    STEPS,
     descendants,
     fake_sweep,
     interrupted_run,
@@ -51,7 +51,7 @@ def only_loss_lines(stdout: str) -> bool:
     return all(LOSS_LINE.fullmatch(line) for line in stdout.splitlines())
 
 
-def start(*args: str, cwd: Path, own_group: bool = False) -> subprocess.Popen:
+def start(*args: str, cwd: Path, own_group: bool = False, env=None) -> subprocess.Popen:
     """`python -m reluexp ARGS`; in a process group of its own, as a terminal starts it."""
     return subprocess.Popen(
         [sys.executable, "-m", "reluexp", *args],
@@ -60,6 +60,7 @@ def start(*args: str, cwd: Path, own_group: bool = False) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=own_group,
+        env=env,
     )
 
 
@@ -103,34 +104,28 @@ def test_a_sweep_jobs_directory_resumes_as_pasted(tmp_path):
 @pytest.mark.parametrize("chdir", [[], ["hydra.job.chdir=true"]])
 def test_an_interrupted_run_says_where_it_is_and_how_to_resume_on_stderr(tmp_path, chdir):
     """58: with hydra.job.chdir=true the closing line said `resume=.` (relative to the run dir
-    the process moved into), not to where the command was launched."""
-    process = start(
-        f"steps={STEPS}",
-        "checkpoint_every=200",
-        "print_every=100",
-        *SMALL[:-1],
-        *chdir,
+    the process moved into), not to where the command was launched. Its Function stops its
+    process at step 300 (tests/stops.py); the resume command names it again, as a resume of
+    a Function outside reluexp must."""
+    stopped = subprocess.run(
+        [sys.executable, "-m", "reluexp", "activation=custom", stops.TARGET, "steps=600"]
+        + ["checkpoint_every=200", "print_every=100", *SMALL[:-1], *chdir],
         cwd=tmp_path,
-    )
-    wait_for(next_run_dir(tmp_path) / CHECKPOINT_NAME)
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130
-    assert stdout and only_loss_lines(stdout)
-    closing = stderr.strip().splitlines()[-1]
-    resume = re.search(r"Resume: (python -m reluexp resume=\S+)\.", closing).group(1)
-    assert closing.startswith("reluexp: interrupted after")
-    assert f"Run dir: {next_run_dir(tmp_path).relative_to(tmp_path)}." in closing
-    # The printed command works when pasted.
-    resumed = subprocess.run(
-        [sys.executable, *shlex.split(resume)[1:]],
-        cwd=tmp_path,
+        env=stops.stopping("SIGINT", 300),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=300,
     )
-    assert resumed.returncode == 0, resumed.stderr
-    assert resumed.stderr.strip().splitlines()[-1].startswith("reluexp: completed")
+    assert stopped.returncode == 130
+    assert stopped.stdout and only_loss_lines(stopped.stdout)
+    closing = stopped.stderr.strip().splitlines()[-1]
+    resume = re.search(r"Resume: (python -m reluexp resume=\S+ \S+)\.", closing).group(1)
+    assert resume.endswith(f" {stops.TARGET}")
+    assert closing.startswith("reluexp: interrupted after 301 steps")
+    assert f"Run dir: {next_run_dir(tmp_path).relative_to(tmp_path)}." in closing
+    # The printed command works when pasted.
+    resumed = run_cli(*shlex.split(resume)[3:], cwd=tmp_path)
+    assert resumed.stderr.strip().splitlines()[-1].startswith("reluexp: completed after 600")
 
 
 def next_run_dir(cwd: Path) -> Path:
@@ -278,9 +273,11 @@ def test_running_the_report_again_replaces_what_it_wrote_into_tensorboard(tmp_pa
 
 @pytest.mark.slow
 def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_path):
+    # Slowed from step 200 (tests/stops.py): the first job trains when the signal comes.
     process = start(
-        "-m", "seed=1,2,3,4", f"steps={STEPS}", "checkpoint_every=200", *SMALL, cwd=tmp_path
-    )
+        "-m", "seed=1,2,3,4", "steps=2000", "checkpoint_every=200", "activation=custom",
+        stops.TARGET, *SMALL, cwd=tmp_path, env=stops.slowed(0.01, 200),
+    )  # fmt: skip
     multirun = tmp_path / "outputs" / "multirun"
     wait_for(multirun)
     deadline = time.monotonic() + 120
@@ -307,8 +304,7 @@ def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_pa
 @pytest.mark.parametrize(
     ("signals", "code", "resume"),
     [
-        # resume: once, as the checkpoint is the same whichever signal stopped the job, and
-        # resuming trains its ~39,600 remaining steps (9 s).
+        # resume: once, as the checkpoint is the same whichever signal stopped the job.
         ([("parent", signal.SIGTERM)], 143, True),
         # Ctrl-C in a terminal: the whole process group; each worker gets it twice (from the
         # terminal and from its sweep). `kill -TERM -- -PGID`, and a second Ctrl-C, alike.
@@ -320,10 +316,11 @@ def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_pa
 )
 def test_a_signal_to_a_joblib_sweep_stops_every_job_resumably(tmp_path, signals, code, resume):
     joblib = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    # Jobs long enough to be running when the signal comes (a few seconds each), short enough
-    # for the resume below to finish soon.
-    args = ["-m", *joblib, "seed=range(0,40)", f"steps={STEPS * 2}", "checkpoint_every=200"]
-    process = start(*args, *SMALL, cwd=tmp_path, own_group=True)
+    # Jobs slowed from step 200 (tests/stops.py), running when the signal comes whatever the
+    # machine's load; resumed here, where nothing slows them.
+    args = ["-m", *joblib, "seed=range(0,40)", "steps=2000", "checkpoint_every=200"]
+    args += ["activation=custom", stops.TARGET]
+    process = start(*args, *SMALL, cwd=tmp_path, own_group=True, env=stops.slowed(0.01, 200))
     multirun = tmp_path / "outputs" / "multirun"
     deadline = time.monotonic() + 120
     while len(list(multirun.glob(f"*/*/{CHECKPOINT_NAME}"))) < 2:
@@ -357,8 +354,9 @@ def test_a_signal_to_a_joblib_sweep_stops_every_job_resumably(tmp_path, signals,
     assert stderr.strip().splitlines()[-1].startswith("reluexp: sweep ended, 40 jobs")
     if resume:
         resumed = run_cli(
-            f"resume={interrupted[0]}", "hydra.job_logging.root.level=ERROR", cwd=tmp_path
-        )
+            f"resume={interrupted[0]}", stops.TARGET, "hydra.job_logging.root.level=ERROR",
+            cwd=tmp_path,
+        )  # fmt: skip
         assert "completed after" in resumed.stderr
 
 
@@ -503,8 +501,9 @@ def small_disk(tmp_path):
 @pytest.mark.slow
 def test_a_full_disk_mid_run_is_one_line_and_a_failed_run(tmp_path, small_disk):
     run_dir = small_disk / "run"
-    # Enough steps for the event file to outgrow the disk.
-    args = ["steps=100000", "checkpoint_every=0", f"hydra.run.dir={run_dir}", *SMALL]
+    # Enough steps for the event file to outgrow the disk, every one streamed.
+    args = ["steps=100000", "log_every=1", "checkpoint_every=0", f"hydra.run.dir={run_dir}"]
+    args += SMALL
     result = run_cli(*args, cwd=tmp_path, check=False)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr and "Logging error" not in result.stderr

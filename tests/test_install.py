@@ -14,7 +14,8 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 
-pytestmark = pytest.mark.slow
+# One worker builds the wheel once for the module (pytest-xdist's loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("install")]
 
 # What a wheel is built from: the package, its configs and the metadata.
 SOURCES = ["pyproject.toml", "README.md", "reluexp", "conf", "experiments", "hydra_plugins"]

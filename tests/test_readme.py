@@ -5,12 +5,11 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
 
 from reluexp.sweeps.report.outputs import OPTIONAL_COLUMNS
-from tests.helpers import EXPERIMENTS, REPO_ROOT, write_readme_cifar
+from tests.helpers import EXPERIMENTS, REPO_ROOT, Done, run_cli, write_readme_cifar
 
 pytestmark = pytest.mark.slow
 
@@ -36,20 +35,38 @@ def commands() -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def shrunk(command: str) -> list[str]:
-    """The command with tiny step counts, so the whole README runs in a minute."""
+def shrunk(command: str) -> tuple[str, list[str]]:
+    """The command's module and arguments (`reluexp ...` is `python -m reluexp ...`), with tiny
+    step counts, so the whole README runs in a minute."""
     argv = [arg for arg in shlex.split(command) if not arg.startswith("steps=")]
-    argv[0:1] = [sys.executable] if argv[0] == "python" else [sys.executable, "-m", "reluexp"]
-    if "--help" in argv:
-        return argv
-    argv.append("steps=20" if argv[2] == "reluexp.check" else "steps=3")
-    if "experiment=lr_search" in argv or "hydra/sweeper=optuna" in argv:
-        argv.append("hydra.sweeper.n_trials=3")
-    return argv
+    module, args = ("reluexp", argv[1:]) if argv[0] == "reluexp" else (argv[2], argv[3:])
+    if "--help" in args:
+        return module, args
+    args.append("steps=20" if module == "reluexp.check" else "steps=3")
+    if "experiment=lr_search" in args or "hydra/sweeper=optuna" in args:
+        args.append("hydra.sweeper.n_trials=3")
+    return module, args
 
 
-def test_the_docs_have_commands_to_run():
-    assert len(commands()) >= 8
+def run_shrunk(command: str, cwd) -> Done:
+    """The command, shrunk, as a user types it in `cwd` (in this process: tests.helpers)."""
+    module, args = shrunk(command)
+    return run_cli(*args, cwd=cwd, module=module, check=False)
+
+
+def test_every_reluexp_line_of_the_docs_is_run_by_a_test():
+    """75.5: this asserted only that there were eight commands to run. A line left out of
+    commands() is run elsewhere: a SLURM cluster's by tests/test_slurm.py, a resume of a run
+    directory a user names by the closing-line tests that paste the command they print."""
+    left_out = []
+    for block in blocks("bash"):
+        for line in block.splitlines():
+            command = line.split("  #")[0].strip()
+            if command.startswith(("python -m reluexp", "reluexp ")) and command not in commands():
+                left_out.append(command)
+    on_slurm = [c for c in left_out if "hydra/launcher=slurm" in c or "submitit_slurm" in c]
+    resumes = [c for c in left_out if re.fullmatch(r"python -m reluexp resume=\S*<[^>]+>\S*", c)]
+    assert sorted(left_out) == sorted(on_slurm + resumes)
     assert "python -m reluexp" in commands()
 
 
@@ -79,9 +96,7 @@ def test_docs_command_works_as_written(tmp_path, command):
     if "my_models." in command:  # "Your own model": its factories, as the README gives them
         (source,) = [b for b in blocks("python") if "def mlp_with_norm" in b]
         (tmp_path / "my_models.py").write_text(source)
-    result = subprocess.run(
-        shrunk(command), cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
+    result = run_shrunk(command, tmp_path)
     if worked_example:
         assert result.returncode == 1
         failure = re.search(
@@ -92,7 +107,7 @@ def test_docs_command_works_as_written(tmp_path, command):
         assert result.stdout.splitlines()[-1].startswith("MyReLU: WRONG. Report: ")
     else:
         assert result.returncode == 0, result.stderr[-2000:]
-    if "-m" in shlex.split(command)[3:]:  # a sweep: every job trained
+    if "-m" in shrunk(command)[1]:  # a sweep: every job trained
         (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
         summaries = [json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")]
         assert len(summaries) >= 3
@@ -136,9 +151,7 @@ def test_experiments_readme_commands_run_and_their_tables_are_the_reports(
     report's columns, in the report's order, and its groups."""
     assert f"experiment={name}" in command
     write_readme_cifar(tmp_path, command)
-    result = subprocess.run(
-        shrunk(command), cwd=tmp_path, capture_output=True, text=True, timeout=900
-    )
+    result = run_shrunk(command, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     if table is None:  # Optuna's study: its result is the best trial, in the text; the
         # ResNet study has no run on this project's machines to table (its text says so)
@@ -171,9 +184,7 @@ def test_the_quickstart_ends_on_a_dashboard_that_fills(tmp_path):
     lines = [line.split("  #")[0].strip() for line in block.splitlines()]
     for command in lines[:-1]:
         if "--help" not in command:
-            result = subprocess.run(
-                shrunk(command), cwd=tmp_path, capture_output=True, text=True, timeout=900
-            )
+            result = run_shrunk(command, tmp_path)
             assert result.returncode == 0, (command, result.stderr[-2000:])
     assert lines[-1].startswith("tensorboard --logdir ")
     logdir = subprocess.run(

@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -15,12 +14,13 @@ import torch
 import reluexp
 from reluexp.config import Config, ConfigError, config_from_dict
 from reluexp.record.metrics import squared_norm
+from reluexp.record.whole import write_whole
 from reluexp.run import loop, runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
+from tests import stops
 from tests.helpers import (
     REPO_ROOT,
     SMALL,
-    STEPS,
     RaisesAtStep50,
     interrupted_run,
     plugin_scalars,
@@ -149,80 +149,78 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.slow
-def test_bad_inputs_exit_nonzero_with_a_message_and_no_traceback(tmp_path):
-    if torch.cuda.is_available() or torch.backends.mps.is_available():
-        pytest.skip("the device cases assume a CPU-only machine")
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    (tmp_path / "done").mkdir()
-    (tmp_path / "done" / "summary.json").write_text('{"status": "completed"}')
-    (tmp_path / "broken_syntax.py").write_text("import torch\ndef Relu(x:\n    return x\n")
-    (tmp_path / "raises_on_import.py").write_text(
+@pytest.fixture(scope="module")
+def bad_inputs_dir(tmp_path_factory):
+    """What the bad inputs name: a run that is done, modules that do not import."""
+    directory = tmp_path_factory.mktemp("bad_inputs")
+    (directory / "done").mkdir()
+    (directory / "done" / "summary.json").write_text('{"status": "completed"}')
+    (directory / "broken_syntax.py").write_text("import torch\ndef Relu(x:\n    return x\n")
+    (directory / "raises_on_import.py").write_text(
         "import torch\nraise RuntimeError('no CUDA driver here')\n"
     )
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-m", "reluexp", *args],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for args, _ in BAD_INPUTS
-    ]
-    for process, (args, message) in zip(processes, BAD_INPUTS):
-        _, stderr = process.communicate(timeout=120)
-        assert process.returncode != 0, args
-        assert message in stderr, (args, stderr)
-        assert "Traceback" not in stderr, (args, stderr)
-        assert stderr.strip() == stderr.strip().splitlines()[0], ("more than one line", args)
-        assert process.returncode == 2
+    return directory
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_inputs_exit_2_with_one_line_and_no_directory(
+    bad_inputs_dir, monkeypatch, args, message
+):
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("the device cases assume a CPU-only machine")
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    result = run_cli(*args, cwd=bad_inputs_dir, check=False)
+    assert result.returncode == 2, (args, result.stderr)
+    assert message in result.stderr, (args, result.stderr)
+    assert "Traceback" not in result.stderr, (args, result.stderr)
+    assert result.stderr.strip() == result.stderr.strip().splitlines()[0], (
+        "more than one line",
+        args,
+    )
     # Nothing trained, and no run directory was made.
-    assert not list(tmp_path.glob("outputs/runs/*"))
-    assert not list(tmp_path.glob("outputs/multirun/*"))
+    assert not list(bad_inputs_dir.glob("outputs/runs/*"))
+    assert not list(bad_inputs_dir.glob("outputs/multirun/*"))
 
 
-def start_training(run_dir):
-    """Start a run streaming every step and return once it has written its first periodic
-    checkpoint."""
-    process = subprocess.Popen(
+# A run streaming every step, checkpointed every 200, whose activation stops its own process
+# (tests/stops.py): at a known step, whatever the machine's load.
+STOPPED_RUN = ["steps=1000", "log_every=1", "checkpoint_every=200", *SMALL]
+
+
+def train_until_it_stops(run_dir, signals: str, step: int) -> int:
+    """`python -m reluexp` of STOPPED_RUN whose activation sends its own process `signals` in
+    step `step`; its exit status."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "reluexp",
-            f"steps={STEPS}",
-            "log_every=1",
-            "checkpoint_every=200",
+            "activation=custom",
+            stops.TARGET,
+            *STOPPED_RUN,
             f"hydra.run.dir={run_dir}",
-            *SMALL,
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while not (run_dir / CHECKPOINT_NAME).exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return process
+        env=stops.stopping(signals, step),
+        capture_output=True,
+        timeout=300,
+    ).returncode
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
-    steps = STEPS
     run_dir = tmp_path / "interrupted"
-    process = start_training(run_dir)
-    process.send_signal(signum)
-    assert process.wait(timeout=60) == code
+    assert train_until_it_stops(run_dir, signal.Signals(signum).name, 650) == code
     stopped = summary(run_dir)
-    assert stopped["status"] == "interrupted" and 0 < stopped["steps_done"] < steps
+    # It stops at the step boundary after the signal, checkpointed there.
+    assert (stopped["status"], stopped["steps_done"]) == ("interrupted", 651)
     assert stopped["signal"] == signal.Signals(signum).name
     stopped_losses = scalars(run_dir)["loss/train"]
-    assert [s for s, _ in stopped_losses] == list(range(stopped["steps_done"]))
+    assert [s for s, _ in stopped_losses] == list(range(651))
 
-    run_cli(f"resume={run_dir}", cwd=tmp_path)
+    run_cli(f"resume={run_dir}", stops.TARGET, cwd=tmp_path)
     resumed = summary(run_dir)
-    assert resumed["status"] == "completed" and resumed["steps_done"] == steps
+    assert resumed["status"] == "completed" and resumed["steps_done"] == 1000
     assert resumed["resumes"] == 1 and resumed["signal"] is None
 
     reference_dir = tmp_path / "uninterrupted"
@@ -239,30 +237,43 @@ def test_signal_then_resume_equals_an_uninterrupted_run(tmp_path, signum, code):
 @pytest.mark.slow
 def test_second_signal_exits_at_once_and_leaves_files_readable(tmp_path):
     run_dir = tmp_path / "run"
-    process = start_training(run_dir)
-    process.send_signal(signal.SIGTERM)
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 143
-    assert summary(run_dir)["status"] in ("running", "interrupted")
-    if (run_dir / CHECKPOINT_NAME).exists():
-        torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    assert train_until_it_stops(run_dir, "SIGTERM,SIGTERM", 650) == 143
+    # Gone at the second, before the first's step boundary: its last checkpoint is step 600's.
+    assert summary(run_dir)["status"] == "running"
+    assert torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["step"] == 600
     assert scalars(run_dir)["loss/train"]
 
 
 @pytest.mark.slow
 def test_sigkill_leaves_the_run_marked_running_and_resumable(tmp_path):
     run_dir = tmp_path / "run"
-    process = start_training(run_dir)
-    time.sleep(0.5)  # past the checkpoint: some logged steps will be lost and relogged
-    process.kill()
-    process.wait(timeout=60)
+    # Past the checkpoint of step 600: the steps logged after it are lost and logged again.
+    assert train_until_it_stops(run_dir, "SIGKILL", 650) == -signal.SIGKILL
     assert summary(run_dir)["status"] == "running"
-    run_cli(f"resume={run_dir}", "hydra.job_logging.root.level=ERROR", cwd=tmp_path)
+    run_cli(f"resume={run_dir}", stops.TARGET, "hydra.job_logging.root.level=ERROR", cwd=tmp_path)
     assert summary(run_dir)["status"] == "completed"
     # Steps logged after the last checkpoint were purged on resume: each step appears once,
     # as TensorBoard's scalars plugin loads it (31.7).
-    assert [step for step, _ in scalars(run_dir)["loss/train"]] == list(range(STEPS))
-    assert list(plugin_scalars(run_dir, "loss/train")) == list(range(STEPS))
+    assert [step for step, _ in scalars(run_dir)["loss/train"]] == list(range(1000))
+    assert list(plugin_scalars(run_dir, "loss/train")) == list(range(1000))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a descriptor's path in /proc")
+def test_a_file_written_whole_is_flushed_to_the_disk_before_and_after_its_rename(
+    tmp_path, monkeypatch
+):
+    """75.4: write_whole renamed a file it had not flushed (resume.md promises a power cut
+    leaves the old file or the new one) and wrote text in the locale's encoding."""
+    synced, fsync = [], os.fsync
+
+    def recorded(descriptor):
+        synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    write_whole(tmp_path / "summary.md", "loss 1.0 ± 0.1")
+    assert synced == [str(tmp_path / ".summary.md.tmp"), str(tmp_path)]
+    assert (tmp_path / "summary.md").read_bytes() == "loss 1.0 ± 0.1".encode()
 
 
 def test_divergence_stops_the_run_and_keeps_its_events(tmp_path):
@@ -363,6 +374,23 @@ def test_a_squared_norm_leaves_float32s_range_only_where_the_norm_does():
     for vector in (big, tiny, torch.zeros(3), torch.tensor([3.0, 4.0])):
         assert squared_norm(vector).item() == pytest.approx(vector.double().pow(2).sum().item())
     assert squared_norm(torch.tensor([3e38, math.inf])).item() == math.inf
+
+
+def test_a_zero_vectors_square_is_not_redone_in_float64(monkeypatch):
+    """75.4: a dead unit's zero gradient was copied to float64 and squared again each time
+    (against host_square's docstring: only a nonzero norm whose square leaves the range)."""
+    widened = []
+    double = torch.Tensor.double
+
+    def recorded(tensor, *args, **kwargs):
+        widened.append(tensor.numel())
+        return double(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "double", recorded)
+    assert squared_norm(torch.zeros(1000)).item() == 0.0
+    assert widened == []
+    assert squared_norm(torch.full((1000,), 1e-25)).item() == pytest.approx(1000 * 1e-50)
+    assert widened == [1000]
 
 
 def test_non_finite_gradients_diverge_naming_the_tensor(tmp_path):
@@ -547,10 +575,7 @@ def test_summary_is_written_before_the_first_step(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="a read-only bind mount")
 def test_resuming_into_a_read_only_directory_is_one_line(tmp_path):
-    run_dir = tmp_path / "writable" / "run"
-    process = start_training(run_dir)
-    process.send_signal(signal.SIGINT)
-    process.wait(timeout=120)
+    run_dir = interrupted_run(tmp_path / "writable" / "run")
     read_only = tmp_path / "read_only"
     read_only.mkdir()
     # Root writes through a directory's permissions: the directory is mounted read-only.

@@ -26,7 +26,8 @@ from reluexp.run import runner
 from reluexp.run.checkpoint import CHECKPOINT_NAME
 from tests.helpers import REPO_ROOT, SMALL, STEPS, scalars
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+# One worker starts the private cluster once for the module (pytest-xdist's loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 SCRIPTS = REPO_ROOT / "tests" / "slurm"
 DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch")

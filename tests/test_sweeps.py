@@ -16,7 +16,7 @@ import psutil
 import pytest
 import torch
 
-from reluexp.config import Config
+from reluexp.config import Config, ConfigError
 from reluexp.hydra_glue import compose_config
 from reluexp.options import FileDataConfig
 from reluexp.record.events import read_scalars
@@ -33,8 +33,10 @@ from reluexp.sweeps.report.outputs import (
     summary_texts,
     write_report,
 )
-from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows
+from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows, t_975
+from reluexp.sweeps.slurm import check_slurm_resources
 from reluexp.sweeps.terminal import Plan, closing_line, time_left
+from reluexp.sweeps.workers import threads_per_job
 from tests.helpers import (
     RAISING_FUNCTION,
     REPO_ROOT,
@@ -169,6 +171,17 @@ def test_my_function_beside_its_builtin_is_the_command_the_closing_line_gives(tm
     custom = next(row for row in rows if "Swish" in row["group"])
     assert custom["reference_group"] == "activation.target=torch.nn.functional.silu"
     assert custom["final_loss_vs_reference"] != ""
+
+
+@pytest.mark.parametrize(
+    ("cores", "n_jobs", "threads"), [(8, 2, 4), (8, 3, 2), (8, -1, 1), (1, 2, 1), (16, 32, 1)]
+)
+def test_joblib_jobs_share_the_cores(monkeypatch, cores, n_jobs, threads):
+    """75.5: the sweep below cannot tell a slice from torch's default on one core."""
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    overrides = ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={n_jobs}"]
+    assert threads_per_job(compose_config(overrides).hydra) == threads
+    assert threads_per_job(compose_config([]).hydra) is None  # one job at a time: torch's
 
 
 def test_joblib_splits_the_cores_between_jobs(tmp_path):
@@ -473,16 +486,157 @@ def test_a_function_the_lab_cannot_take_or_write_is_said_not_checked_in_its_row(
     )
 
 
-def test_slurm_preset_composes():
+# Functions that train as a ReLU does and misbehave on a 0-dim input, which only the lab's edge
+# cases give them: one hangs there, one stops its own process there (a Ctrl-C while the lab
+# checks it).
+MISBEHAVING = """import os, signal, time
+import torch
+
+
+class Relu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x > 0)
+
+
+class HangZeroDim(Relu):
+    @staticmethod
+    def forward(ctx, x):
+        while x.dim() == 0:
+            time.sleep(3600)
+        return Relu.forward(ctx, x)
+
+
+class InterruptsAtZeroDim(Relu):
+    @staticmethod
+    def forward(ctx, x):
+        if x.dim() == 0:
+            os.kill(os.getpid(), signal.SIGINT)
+        return Relu.forward(ctx, x)
+"""
+
+
+def test_a_function_that_hangs_in_the_lab_is_not_checked_and_the_sweep_ends_with_its_summary(
+    tmp_path,
+):
+    """74.1: the sweep's end waited forever in the lab's check, silent, with no summary."""
+    (tmp_path / "misbehaving.py").write_text(MISBEHAVING)
+    targets = "activation.target=misbehaving.HangZeroDim,misbehaving.Relu"
+    args = ["-m", "activation=custom", targets, "activation.reference=torch.relu", "seed=0"]
+    result = run_cli(*args, "steps=3", "lab_seconds=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert "reluexp: the lab checks HangZeroDim ... not checked: took longer than 2 s\n" in (
+        result.stderr
+    )
+    assert re.search(
+        r"the lab checks Relu \.\.\. gradients correct.* \(\d+\.\d s\)\n", result.stderr
+    )
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "sweep/summary.csv").open())}
+    hanging = rows["activation.target=misbehaving.HangZeroDim"]
+    assert hanging["lab_verdict"] == "not checked: took longer than 2 s"
+    assert rows["activation.target=misbehaving.Relu"]["lab_verdict"] == "gradients correct"
+    assert result.stderr.strip().splitlines()[-1].startswith("reluexp: sweep ended, 2 jobs")
+
+
+def test_a_stop_while_the_lab_checks_ends_its_check_at_once_then_the_sweep_with_its_summary(
+    tmp_path,
+):
+    """74.1: the first Ctrl-C during the sweep's lab check did nothing for 30 s."""
+    (tmp_path / "misbehaving.py").write_text(MISBEHAVING)
+    targets = "activation.target=misbehaving.InterruptsAtZeroDim,misbehaving.Relu"
+    args = ["-m", "activation=custom", targets, "activation.reference=torch.relu", "seed=0"]
+    result = run_cli(*args, "steps=3", "hydra.sweep.dir=sweep", cwd=tmp_path, check=False)
+    assert result.returncode == 130, result.stderr
+    assert (
+        "the lab checks InterruptsAtZeroDim ... not checked: stopped by SIGINT\n" in result.stderr
+    )
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "sweep/summary.csv").open())}
+    stopped = rows["activation.target=misbehaving.InterruptsAtZeroDim"]
+    assert stopped["lab_verdict"] == "not checked: stopped by SIGINT"
+    # No Function is checked after the stop (groups are checked in the report's order: equal
+    # losses, by label); the sweep's summary is written whole.
+    assert rows["activation.target=misbehaving.Relu"]["lab_verdict"] == (
+        "not checked: the command was stopped"
+    )
+    assert result.stderr.strip().splitlines()[-1].startswith("reluexp: sweep ended, 2 jobs")
+
+
+def test_a_job_whose_summary_cannot_be_read_is_said_unreadable_not_failed(tmp_path, capsys):
+    """75.4: the job line said `failed` for a job whose summary.json could not be read, which
+    the report then listed as `unreadable`."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from reluexp.sweeps import launcher
+
+    run_dir = tmp_path / "000_seed=0"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text("{not json")
+    hydra = {"hydra": {"runtime": {"output_dir": str(run_dir)}}}
+    result = SimpleNamespace(hydra_cfg=OmegaConf.create(hydra))
+    submitted = SimpleNamespace(results=lambda: [result], job_id="1")
+    follower = launcher.JobFollower(
+        OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}),
+        [launcher.Job(0, ["seed=0"], submitted)],
+        on_slurm=False,
+    )
+    follower.returned(follower.pending[0])
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("[1/?] seed=0 unreadable: ") and "summary.json: unreadable" in line
+
+
+# hydra-submitit-launcher 1.2.0's BaseSubmititLauncher.launch, whose first half
+# sweeps/launcher.submit copies (pyproject.toml pins the release).
+SUBMITIT_LAUNCH_SHA256 = "546875669010f80d6ceede740e8bf2d18088cf5bcce2eb4794c735fa3dc2fc0e"
+
+
+def test_the_submitit_launch_reluexp_copies_is_the_pinned_releases():
+    """75.4: a release whose launch submits otherwise fails here (read it and copy again),
+    not in a user's sweep."""
+    import hashlib
+    import inspect
+    from importlib import metadata
+
+    import tomllib
+
+    submitit_launcher = pytest.importorskip(
+        "hydra_plugins.hydra_submitit_launcher.submitit_launcher"
+    )
+    pinned = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert "hydra-submitit-launcher==1.2.0" in pinned["optional-dependencies"]["sweeps"]
+    assert metadata.version("hydra-submitit-launcher") == "1.2.0"
+    source = inspect.getsource(submitit_launcher.BaseSubmititLauncher.launch)
+    assert hashlib.sha256(source.encode()).hexdigest() == SUBMITIT_LAUNCH_SHA256
+
+
+def test_the_slurm_preset_is_reluexps_launcher_and_asks_what_a_node_has(monkeypatch):
+    """75.5: it restated the preset's YAML. The preset launches through reluexp's launcher
+    (which follows each job to its end), and what it asks of a node is checked against what
+    SLURM says the partition's nodes have, before anything is submitted."""
+    import subprocess as processes
+
+    from reluexp.cli import register
+
+    register()  # what `python -m reluexp` makes known to Hydra: its launchers among them
     cfg = compose_config(["hydra/launcher=slurm", "hydra.launcher.partition=gpu"])
     launcher = cfg.hydra.launcher
-    assert "SlurmLauncher" in launcher._target_
-    assert (
-        launcher.partition,
-        launcher.timeout_min,
-        launcher.gpus_per_node,
-        launcher.cpus_per_task,
-    ) == ("gpu", 60, 0, 1)
+    assert launcher._target_ == "hydra_plugins.reluexp_launcher.launchers.SlurmLauncher"
+
+    def sinfo(command, **kwargs):
+        assert command[-2:] == ["-p", "gpu"]
+        return processes.CompletedProcess(command, 0, stdout="2 4000\n", stderr="")
+
+    monkeypatch.setattr("reluexp.sweeps.slurm.subprocess.run", sinfo)
+    check_slurm_resources(launcher)  # one CPU and 2 GB: a 2-CPU, 4 GB node takes it
+    launcher.cpus_per_task = 4
+    with pytest.raises(ConfigError, match="cpus_per_task=4: the nodes of partition gpu have"):
+        check_slurm_resources(launcher)
 
 
 def test_the_difference_to_the_reference_run_is_the_independent_loops(
@@ -620,6 +774,34 @@ def test_the_paired_comparison_is_a_t_interval_over_seeds():
     comparison = paired(losses)
     assert comparison.differences == pytest.approx([0.1, 0.1])
     assert comparison.verdict == "custom worse by 10% ± 0% final loss over 2 seeds"
+
+
+def test_a_t_interval_over_more_than_thirty_one_seeds_is_students_not_the_normals():
+    """75.4: past 30 degrees of freedom the quantile jumped to the normal's 1.96, an interval
+    4% too narrow at 31; against scipy's t, to within the table's rounding (three decimals)."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for dof in (1, 29, 30, 31, 40, 60, 120, 1000):
+        assert t_975(dof) == pytest.approx(scipy_stats.t.ppf(0.975, dof), abs=5e-4), dof
+    seeds = 41
+    custom = [0.90 + 0.01 * (i % 3) for i in range(seeds)]
+    comparison = paired(paired_group(custom, [0.93] * seeds, "val_accuracy"))
+    differences = [c - 0.93 for c in custom]
+    expected = scipy_stats.t.ppf(0.975, seeds - 1) * statistics.stdev(differences) / seeds**0.5
+    assert comparison.half_width == pytest.approx(expected, rel=2e-4)
+
+
+def test_a_message_with_line_breaks_stays_in_its_table_cell(tmp_path):
+    """75.4: a failed job's error with a line break broke summary.md's table in two."""
+    fake_sweep(tmp_path, {"seed=0": small_config(steps=2), "seed=1": small_config(steps=2)})
+    job = next(tmp_path.glob("001_*"))
+    record = json.loads((job / "summary.json").read_text())
+    record |= {"status": "failed", "error": "RuntimeError: the first line\nand the second"}
+    (job / "summary.json").write_text(json.dumps(record))
+    write_report(tmp_path)
+    table = [line for line in (tmp_path / "summary.md").read_text().splitlines() if "|" in line]
+    header = table[0].count(" | ")
+    assert all(line.count(" | ") == header for line in table), table
+    assert "RuntimeError: the first line and the second" in "\n".join(table)
 
 
 def test_paired_numbers_are_over_the_paired_seeds_and_name_the_others():
