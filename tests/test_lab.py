@@ -502,13 +502,18 @@ def test_a_param_added_with_a_plus_reaches_the_function(tmp_path):
 @pytest.mark.slow
 def test_users_own_function_from_the_current_directory_without_compiling_it(tmp_path):
     """The default check imports no dynamo (about a second: --compile is its own stage)."""
+    # torch.func's transforms apply to it (setup_context, a vmap rule): the gradient under
+    # vmap, which imports dynamo, is --compile's.
     (tmp_path / "my_act.py").write_text(
         "import torch\n"
         "class Relu(torch.autograd.Function):\n"
+        "    generate_vmap_rule = True\n"
         "    @staticmethod\n"
-        "    def forward(ctx, x):\n"
-        "        ctx.save_for_backward(x)\n"
+        "    def forward(x):\n"
         "        return x.clamp(min=0)\n"
+        "    @staticmethod\n"
+        "    def setup_context(ctx, inputs, output):\n"
+        "        ctx.save_for_backward(inputs[0])\n"
         "    @staticmethod\n"
         "    def backward(ctx, g):\n"
         "        (x,) = ctx.saved_tensors\n"
