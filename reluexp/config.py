@@ -11,11 +11,16 @@ from omegaconf import OmegaConf
 
 from reluexp.options import (
     OPTION_SCHEMAS,
+    ConstantConfig,
     DataConfig,
+    ManualConfig,
     MLPConfig,
     ModelConfig,
+    OptimizerConfig,
     RandomDataConfig,
+    ScheduleConfig,
     meaning,
+    own_keys,
 )
 
 # The points a scalar tag TensorBoard keeps by default (its --samples_per_plugin), at random.
@@ -43,25 +48,6 @@ class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
-
-
-class Optimizer(str, Enum):
-    """manual: the seed's `w -= lr * w.grad`; sgd: torch.optim.SGD (it rounds differently);
-    adam: torch.optim.Adam."""
-
-    manual = "manual"
-    sgd = "sgd"
-    adam = "adam"
-
-
-class Schedule(str, Enum):
-    """constant: lr throughout; cosine: half a cosine from lr to 0 over the steps after the
-    warmup (torch's CosineAnnealingLR); step: lr times schedule.gamma at each of
-    schedule.milestones (torch's MultiStepLR)."""
-
-    constant = "constant"
-    cosine = "cosine"
-    step = "step"
 
 
 def normalize(node: Any, prefix: str = "") -> None:
@@ -186,50 +172,6 @@ class Loss(str, Enum):
 
 
 @dataclass
-class OptimizerConfig:
-    name: Optimizer = field(
-        default=Optimizer.manual,
-        metadata=meaning("The weight update (the optimizer= group sets it)."),
-    )
-    momentum: float = field(
-        default=0.0, metadata=meaning("sgd's momentum (0.9 in the ResNet recipe); 0: none.")
-    )
-    nesterov: bool = field(
-        default=False, metadata=meaning("sgd: Nesterov's momentum (needs momentum > 0).")
-    )
-    weight_decay: float = field(
-        default=0.0,
-        metadata=meaning(
-            "L2 weight decay (sgd, adam) on the weights, the tensors of two or more "
-            "dimensions; none on biases, normalization layers and the activation's own "
-            "parameters unless decay_all."
-        ),
-    )
-    decay_all: bool = field(
-        default=False, metadata=meaning("weight_decay on every trained parameter.")
-    )
-
-
-@dataclass
-class ScheduleConfig:
-    name: Schedule = field(
-        default=Schedule.constant,
-        metadata=meaning("How the lr changes over the steps (the schedule= group sets it)."),
-    )
-    warmup: int = field(
-        default=0,
-        metadata=meaning("Steps over which the lr rises linearly to lr before the schedule."),
-    )
-    milestones: Any = field(
-        default_factory=list,
-        metadata=meaning("schedule=step: the steps at which the lr is multiplied by gamma."),
-    )
-    gamma: float = field(
-        default=0.1, metadata=meaning("schedule=step: the factor at each milestone.")
-    )
-
-
-@dataclass
 class Config:
     activation: ActivationConfig = field(default_factory=ActivationConfig)
     data: DataConfig = field(default_factory=RandomDataConfig)
@@ -252,8 +194,8 @@ class Config:
     precision: Precision = field(
         default=Precision.fp32, metadata=meaning("Mixed precision of the forward and the loss.")
     )
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    optimizer: OptimizerConfig = field(default_factory=ManualConfig)
+    schedule: ScheduleConfig = field(default_factory=ConstantConfig)
     loss: Loss = field(
         default=Loss.auto,
         metadata=meaning("The objective."),
@@ -359,12 +301,8 @@ def config_from_dict(values: dict[str, Any]) -> Config:
     values = dict(values)
     for group, base in OPTION_GROUPS.items():
         names, schemas = OPTION_SCHEMAS[base]
-        given = dict(values.get(group) or {})
-        name = names(given.get("name", getattr(schema, group).name))
-        option = schemas[name]
-        setattr(schema, group, option(name=name))
-        # A config written before each option had its schema holds every option's keys, the
-        # others' ignored then.
-        own = {option_field.name for option_field in fields(option)}
-        values[group] = {key: value for key, value in given.items() if key in own}
+        given = {"name": getattr(schema, group).name, **(values.get(group) or {})}
+        name = names(given["name"])
+        setattr(schema, group, schemas[name](name=name))
+        values[group] = own_keys(base, given)
     return OmegaConf.to_object(OmegaConf.merge(schema, values))

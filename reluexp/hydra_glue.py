@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 import reluexp
 from reluexp.config import OPTION_GROUPS, Config
-from reluexp.options import OPTION_SCHEMAS, DataConfig, ModelConfig
+from reluexp.options import OPTION_SCHEMAS
 from reluexp.validation import OPEN_KEYS, TOP_GROUPS, close_match
 
 # conf/ and experiments/ ship inside the package (pyproject.toml maps them), so an installed
@@ -173,12 +173,13 @@ def register(**resolvers: Callable[..., Any]) -> None:
     OmegaConf.register_new_resolver("help_keys", help_keys)
     store = ConfigStore.instance()
     # The schema: conf/config.yaml starts from it (every key's default is written once, there).
-    # Its model and data are what every option of theirs shares; each option's file
-    # (conf/model/NAME.yaml) starts from the option's own schema (schema/model/NAME), so a key
-    # of another option is refused as the config is composed (Hydra's schema-per-option
-    # pattern).
+    # Its model, data, optimizer and schedule are what every option of theirs shares; each
+    # option's file (conf/model/NAME.yaml) starts from the option's own schema
+    # (schema/model/NAME), so a key of another option is refused as the config is composed
+    # (Hydra's schema-per-option pattern).
     base_config = OmegaConf.structured(Config)
-    base_config.model, base_config.data = ModelConfig(), DataConfig()
+    for group, base in OPTION_GROUPS.items():
+        setattr(base_config, group, base())
     store.store(name="base_config", node=base_config)
     for schema_field in fields(Config):
         if schema_field.type in OPTION_SCHEMAS:

@@ -1,9 +1,9 @@
-"""The config groups whose options each have a schema (model=, data=), as Hydra's structured
-configs pattern has it: the option names, the base every option of a group shares, and each
-option's own keys, so that a key of another option is refused as the config is composed
-(hydra_glue stores them; reluexp.config's Config holds a group's base)."""
+"""The config groups whose options each have a schema (model=, data=, optimizer=, schedule=), as
+Hydra's structured configs pattern has it: the option names, the base every option of a group
+shares, and each option's own keys, so that a key of another option is refused as the config is
+composed (hydra_glue stores them; reluexp.config's Config holds a group's base)."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -221,9 +221,141 @@ MODEL_SCHEMAS: dict[ModelName, type[ModelConfig]] = {
     ModelName.resnet: ResNetConfig,
     ModelName.custom: CustomModelConfig,
 }
+
+
+class Optimizer(str, Enum):
+    """manual: the seed's `w -= lr * w.grad`; sgd: torch.optim.SGD (it rounds differently);
+    adam: torch.optim.Adam."""
+
+    manual = "manual"
+    sgd = "sgd"
+    adam = "adam"
+
+
+@dataclass
+class OptimizerConfig:
+    """What every optimizer option has; each option's schema adds its own keys
+    (OPTIMIZER_SCHEMAS): the article's manual update takes none."""
+
+    name: Optimizer = field(
+        default=Optimizer.manual,
+        metadata=meaning("The weight update (the optimizer= group sets it)."),
+    )
+
+
+def weight_decay_field() -> Any:
+    return field(
+        default=0.0,
+        metadata=meaning(
+            "L2 weight decay on the weights, the tensors of two or more dimensions; none on "
+            "biases, normalization layers and the activation's own parameters unless decay_all."
+        ),
+    )
+
+
+def decay_all_field() -> Any:
+    return field(
+        default=False,
+        metadata=meaning("weight_decay on every trained parameter (needs weight_decay > 0)."),
+    )
+
+
+@dataclass
+class ManualConfig(OptimizerConfig):
+    pass
+
+
+@dataclass
+class SGDConfig(OptimizerConfig):
+    name: Optimizer = Optimizer.sgd
+    momentum: float = field(
+        default=0.0, metadata=meaning("Momentum (0.9 in the ResNet recipe); 0: none.")
+    )
+    nesterov: bool = field(
+        default=False, metadata=meaning("Nesterov's momentum (needs momentum > 0).")
+    )
+    weight_decay: float = weight_decay_field()
+    decay_all: bool = decay_all_field()
+
+
+@dataclass
+class AdamConfig(OptimizerConfig):
+    name: Optimizer = Optimizer.adam
+    weight_decay: float = weight_decay_field()
+    decay_all: bool = decay_all_field()
+
+
+OPTIMIZER_SCHEMAS: dict[Optimizer, type[OptimizerConfig]] = {
+    Optimizer.manual: ManualConfig,
+    Optimizer.sgd: SGDConfig,
+    Optimizer.adam: AdamConfig,
+}
+
+
+class Schedule(str, Enum):
+    """constant: lr throughout; cosine: half a cosine from lr to 0 over the steps after the
+    warmup (torch's CosineAnnealingLR); step: lr times schedule.gamma at each of
+    schedule.milestones (torch's MultiStepLR)."""
+
+    constant = "constant"
+    cosine = "cosine"
+    step = "step"
+
+
+@dataclass
+class ScheduleConfig:
+    """What every schedule option has, its warmup; schedule=step adds its milestones and
+    factor (SCHEDULE_SCHEMAS)."""
+
+    name: Schedule = field(
+        default=Schedule.constant,
+        metadata=meaning("How the lr changes over the steps (the schedule= group sets it)."),
+    )
+    warmup: int = field(
+        default=0,
+        metadata=meaning("Steps over which the lr rises linearly to lr before the schedule."),
+    )
+
+
+@dataclass
+class ConstantConfig(ScheduleConfig):
+    pass
+
+
+@dataclass
+class CosineConfig(ScheduleConfig):
+    name: Schedule = Schedule.cosine
+
+
+@dataclass
+class StepConfig(ScheduleConfig):
+    name: Schedule = Schedule.step
+    milestones: Any = field(
+        default_factory=list,
+        metadata=meaning("The steps at which the lr is multiplied by gamma."),
+    )
+    gamma: float = field(default=0.1, metadata=meaning("The factor at each milestone."))
+
+
+SCHEDULE_SCHEMAS: dict[Schedule, type[ScheduleConfig]] = {
+    Schedule.constant: ConstantConfig,
+    Schedule.cosine: CosineConfig,
+    Schedule.step: StepConfig,
+}
 # The groups whose options have a schema each: the base every option shares, the option names,
 # each option's schema.
 OPTION_SCHEMAS: dict[type, tuple[type[Enum], dict[Any, type]]] = {
     ModelConfig: (ModelName, MODEL_SCHEMAS),
     DataConfig: (DataName, DATA_SCHEMAS),
+    OptimizerConfig: (Optimizer, OPTIMIZER_SCHEMAS),
+    ScheduleConfig: (Schedule, SCHEDULE_SCHEMAS),
 }
+
+
+def own_keys(base: type, values: dict[str, Any]) -> dict[str, Any]:
+    """A group's values (`{"name": "adam", "momentum": 0.0, ...}`) with only the keys its
+    option's schema has: a config written before each option had its schema held every
+    option's keys."""
+    names, schemas = OPTION_SCHEMAS[base]
+    own = {option_field.name for option_field in fields(schemas[names(values["name"])])}
+    return {key: value for key, value in values.items() if key in own}

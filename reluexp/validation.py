@@ -11,16 +11,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from reluexp.config import (
-    Config,
-    ConfigError,
-    Dtype,
+from reluexp.config import Config, ConfigError, Dtype, Precision, normalize
+from reluexp.options import (
+    AdamConfig,
+    DataName,
+    ModelName,
     Optimizer,
-    Precision,
-    Schedule,
-    normalize,
+    SGDConfig,
+    StepConfig,
 )
-from reluexp.options import DataName, ModelName
 
 MAX_INT32 = 2**31 - 1
 
@@ -120,59 +119,52 @@ def validate(config: Config) -> None:
 
 
 def validate_update(config: Config) -> None:
-    """The optimizer's settings and the schedule, against what each takes."""
+    """The optimizer's settings and the schedule's, each option's keys (its schema says which
+    it has) against what they may be."""
     optimizer, schedule = config.optimizer, config.schedule
-    sgd = optimizer.name == Optimizer.sgd
-    _require(
-        0 <= optimizer.momentum < 1, "optimizer.momentum", optimizer.momentum, "must be in [0, 1)"
-    )
-    _require(
-        sgd or optimizer.momentum == 0,
-        "optimizer.momentum",
-        optimizer.momentum,
-        f"only sgd takes it (optimizer={optimizer.name.value}): "
-        "optimizer=sgd optimizer.momentum=0.9",
-    )
-    _require(
-        not optimizer.nesterov or (sgd and optimizer.momentum > 0),
-        "optimizer.nesterov",
-        True,
-        "needs optimizer=sgd with optimizer.momentum > 0",
-    )
-    _require(
-        math.isfinite(optimizer.weight_decay) and optimizer.weight_decay >= 0,
-        "optimizer.weight_decay",
-        optimizer.weight_decay,
-        "must be finite and >= 0",
-    )
-    _require(
-        optimizer.name != Optimizer.manual or optimizer.weight_decay == 0,
-        "optimizer.weight_decay",
-        optimizer.weight_decay,
-        "the article's manual update has none: optimizer=sgd or optimizer=adam takes it",
-    )
+    if isinstance(optimizer, SGDConfig):
+        _require(
+            0 <= optimizer.momentum < 1,
+            "optimizer.momentum",
+            optimizer.momentum,
+            "must be in [0, 1)",
+        )
+        _require(
+            not optimizer.nesterov or optimizer.momentum > 0,
+            "optimizer.nesterov",
+            True,
+            "needs optimizer.momentum > 0",
+        )
+    if isinstance(optimizer, SGDConfig | AdamConfig):
+        _require(
+            math.isfinite(optimizer.weight_decay) and optimizer.weight_decay >= 0,
+            "optimizer.weight_decay",
+            optimizer.weight_decay,
+            "must be finite and >= 0",
+        )
+        _require(
+            not optimizer.decay_all or optimizer.weight_decay > 0,
+            "optimizer.decay_all",
+            True,
+            "decays nothing without weight decay: optimizer.weight_decay=1e-4, say",
+        )
     _require(
         0 <= schedule.warmup < max(config.steps, 1),
         "schedule.warmup",
         schedule.warmup,
         f"must be from 0 to steps - 1 ({config.steps - 1})",
     )
-    _require(0 < schedule.gamma <= 1, "schedule.gamma", schedule.gamma, "must be in (0, 1]")
-    milestones = schedule.milestones
-    if schedule.name != Schedule.step:
+    if isinstance(schedule, StepConfig):
+        _require(0 < schedule.gamma <= 1, "schedule.gamma", schedule.gamma, "must be in (0, 1]")
+        # Milestones past the last step are never reached: a shortened run of a preset still
+        # runs.
         _require(
-            not milestones,
+            schedule.milestones == sorted(set(schedule.milestones))
+            and all(m > 0 for m in schedule.milestones),
             "schedule.milestones",
-            milestones,
-            f"only schedule=step takes them (schedule={schedule.name.value})",
+            schedule.milestones,
+            "must be increasing steps from 1 on",
         )
-    # Milestones past the last step are never reached: a shortened run of a preset still runs.
-    _require(
-        milestones == sorted(set(milestones)) and all(m > 0 for m in milestones),
-        "schedule.milestones",
-        milestones,
-        "must be increasing steps from 1 on",
-    )
 
 
 # Where a new key means something: a target's and a reference's keyword arguments, which

@@ -11,10 +11,10 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from reluexp import hydra_glue
-from reluexp.config import Config, ConfigError, Dtype, config_dict
+from reluexp.config import OPTION_GROUPS, Config, ConfigError, Dtype, config_dict
 from reluexp.functions.targets import resolve_activation
 from reluexp.hydra_glue import key_meanings
-from reluexp.options import DataName, ModelName
+from reluexp.options import OPTION_SCHEMAS
 from reluexp.validation import task_config, validate
 from tests.helpers import EXPERIMENTS, SHIPPED_ACTIVATIONS
 
@@ -184,9 +184,11 @@ def test_every_key_has_a_meaning_for_help():
         return found
 
     every_option = set()
-    for model, data in itertools.zip_longest(ModelName, DataName, fillvalue=None):
-        config = Config(model=(model or ModelName.mlp).value, data=(data or DataName.random).value)
-        chosen = {"model": type(config.model), "data": type(config.data)}
+    names = {group: OPTION_SCHEMAS[base][0] for group, base in OPTION_GROUPS.items()}
+    # Every option of every group at least once; a group with fewer options keeps its default.
+    for options in itertools.zip_longest(*names.values()):
+        config = Config(**{group: o.value for group, o in zip(names, options) if o is not None})
+        chosen = {group: type(getattr(config, group)) for group in names}
         assert list(key_meanings(chosen)) == keys(config_dict(config))
         every_option |= set(keys(config_dict(config)))
     assert set(meanings) == every_option

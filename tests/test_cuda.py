@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from reluexp.config import Config, Optimizer, OptimizerConfig
+from reluexp.config import Config
+from reluexp.options import SGDConfig
 from reluexp.record import metrics
 from reluexp.run import loop, runner
 from tests.helpers import seed_loop
@@ -63,7 +64,7 @@ def test_steps_between_flushes_never_sync(tmp_path, monkeypatch, activation, pre
     monkeypatch.setattr(runner, "train_loop", strict_train_loop)
     config = Config(device="cuda", steps=300, checkpoint_every=100, precision=precision)
     if precision == "fp16":  # the scaler steps an optimizer
-        config.optimizer = OptimizerConfig(name=Optimizer.sgd)
+        config.optimizer = SGDConfig()
     config.activation.name = activation
     config.activation.target = {"relu": "torch.relu", "lean_relu": "reluexp.functions.LeanReLU"}[
         activation

@@ -1,5 +1,6 @@
 """Bad input, signals, divergence and resume: nothing lost, nothing silent."""
 
+import json
 import math
 import os
 import re
@@ -7,12 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
 import torch
 
 import reluexp
-from reluexp.config import Config, ConfigError, config_from_dict
+from reluexp.config import OPTION_GROUPS, Config, ConfigError, config_from_dict
 from reluexp.record.metrics import squared_norm
 from reluexp.record.whole import write_whole
 from reluexp.run import loop, runner
@@ -136,6 +138,32 @@ BAD_INPUTS = [
     (
         ["model=resnet", "model.bias=true"],
         "reluexp: error: model.bias: no such key for model=resnet (only model=mlp has it)\n",
+    ),
+    # 75.2: so has each optimizer and schedule option.
+    (
+        ["schedule=cosine", "schedule.gamma=0.5"],
+        "reluexp: error: schedule.gamma: no such key for schedule=cosine (only schedule=step has "
+        "it)\n",
+    ),
+    (
+        ["schedule=constant", "schedule.milestones=[10]"],
+        "reluexp: error: schedule.milestones: no such key for schedule=constant (only "
+        "schedule=step has it)\n",
+    ),
+    (
+        ["optimizer=adam", "optimizer.momentum=0.9"],
+        "reluexp: error: optimizer.momentum: no such key for optimizer=adam (only optimizer=sgd "
+        "has it)\n",
+    ),
+    (
+        ["optimizer.weight_decay=1e-4"],
+        "reluexp: error: optimizer.weight_decay: no such key for optimizer=manual (only "
+        "optimizer=sgd, optimizer=adam have it)\n",
+    ),
+    (
+        ["optimizer=adam", "optimizer.decay_all=true"],
+        "reluexp: error: optimizer.decay_all=True: decays nothing without weight decay: "
+        "optimizer.weight_decay=1e-4, say\n",
     ),
     (
         ["model=resnet", "model.dept=56"],
@@ -512,10 +540,10 @@ VERSION = f"reluexp {reluexp.__version__}"
             {"scale": 1024.0},
             "'s scaler is not the gradient scaler's state precision=fp16 keeps (none else)",
         ),
-        (["format"], 1, f" was written by {VERSION} (format 1); {VERSION} reads format 7"),
+        (["format"], 1, f" was written by {VERSION} (format 1); {VERSION} reads format 8"),
         # A format is a whole number: 6.0 is none a release wrote (it was taken as 6).
         (["format"], 6.0, f" was written by {VERSION} (format 6.0); {VERSION} reads"),
-        (["format"], 8, f" was written by {VERSION} (format 8); {VERSION} reads format 7"),
+        (["format"], 9, f" was written by {VERSION} (format 9); {VERSION} reads format 8"),
     ],
 )
 def test_a_checkpoint_that_makes_no_sense_is_refused_before_training(
@@ -604,6 +632,7 @@ def test_resuming_into_a_read_only_directory_is_one_line(tmp_path):
         (4, "0.2.0", "the article's manual update; `optimizer` a name"),
         (5, "0.2.0", "sgd with momentum, Nesterov, weight decay, a cosine schedule's warmup"),
         (6, "0.2.0", "fp16 with sgd: the gradient scaler's state"),
+        (7, "0.5.5", "adam with weight decay, a cosine schedule's warmup: every option's keys"),
     ],
 )
 def test_a_run_an_earlier_format_interrupted_resumes_to_the_uninterrupted_loss(
@@ -633,4 +662,39 @@ def test_a_run_an_earlier_format_interrupted_resumes_to_the_uninterrupted_loss(
     # The summary holds the upgraded config, as its new checkpoint does: it resumes again.
     assert after["config"] == torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)["config"]
     # Counted from the resume on: formats before 7 kept no count.
-    assert resumed.summary.recorded_steps == 20
+    assert resumed.summary.recorded_steps == (40 if written >= 7 else 20)
+    # Format 8: each group holds its option's own keys, no other option's.
+    config = config_from_dict(after["config"])
+    for group in OPTION_GROUPS:
+        option_keys = {field.name for field in fields(getattr(config, group))}
+        assert set(after["config"][group]) == option_keys, group
+
+
+@pytest.mark.parametrize(
+    ("written", "altered", "said"),
+    [
+        (6, ["outcome"], "(format 6) has no outcome, which its upgrade to format 7 reads"),
+        (4, ["config", "optimizer"], "(format 4) has no config.optimizer, which its upgrade to"),
+    ],
+)
+def test_an_old_checkpoint_without_a_field_its_upgrade_reads_is_one_line_naming_it(
+    tmp_path, written, altered, said
+):
+    """74.3: it was `reluexp: error: KeyError: 'outcome'`, naming no file, field or format."""
+    run_dir = shutil.copytree(
+        REPO_ROOT / "tests" / "checkpoints" / f"format{written}", tmp_path / "run"
+    )
+    payload = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    holder = payload
+    for key in altered[:-1]:
+        holder = holder[key]
+    del holder[altered[-1]]
+    torch.save(payload, run_dir / CHECKPOINT_NAME)
+    if altered[0] == "config":  # the summary holds the checkpoint's config
+        record = json.loads((run_dir / "summary.json").read_text())
+        record["config"] = payload["config"]
+        (run_dir / "summary.json").write_text(json.dumps(record))
+    done = run_cli(f"resume={run_dir}", cwd=tmp_path, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"reluexp: error: resume={run_dir}: {CHECKPOINT_NAME} {said}")
+    assert len(done.stderr.splitlines()) == 1

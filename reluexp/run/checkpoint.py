@@ -11,23 +11,41 @@ from typing import Any
 import torch
 
 import reluexp
-from reluexp.config import ConfigError
+from reluexp.config import OPTION_GROUPS, ConfigError
+from reluexp.options import own_keys
 from reluexp.record.summary import RunSummary, SummaryError
 from reluexp.record.whole import write_whole
 from reluexp.run.rundir import CHECKPOINT_NAME
 
 # What a checkpoint's fields are (4: the outcome keeps the largest step; 5: the optimizer a
 # group of settings, its state in parameter groups; 6: the gradient scaler's state,
-# precision=fp16's; 7: the outcome's count of recorded and skipped steps). Every earlier format
+# precision=fp16's; 7: the outcome's count of recorded and skipped steps; 8: the config holds
+# only its options' own keys, each optimizer and schedule option a schema). Every earlier format
 # a landed version wrote (3 on) is upgraded one format at a time (UPGRADES); a later or unknown
 # one is refused, not misread. A new format bumps reluexp's version (CHANGELOG.md).
-CHECKPOINT_FORMAT = 7
+CHECKPOINT_FORMAT = 8
+
+
+class UnreadableField(Exception):
+    """A field an upgrade reads is absent or of another kind: which, in a few words."""
+
+
+def field_of(payload: dict[str, Any], dotted: str, kind: type) -> Any:
+    """The payload's field at a dotted path (`config.optimizer`), if it is a `kind`."""
+    value: Any = payload
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise UnreadableField(f"has no {dotted}")
+        value = value[key]
+    if not isinstance(value, kind):
+        raise UnreadableField(f"holds a {type(value).__name__} as {dotted}, not a {kind.__name__}")
+    return value
 
 
 def from_format_3(payload: dict[str, Any]) -> dict[str, Any]:
     """Format 3 -> 4: the largest step the lr advice weighs is counted from the resume on
     (format 3 kept none)."""
-    payload["outcome"] = {**payload["outcome"], "largest_step": 0.0}
+    payload["outcome"] = {**field_of(payload, "outcome", dict), "largest_step": 0.0}
     return payload
 
 
@@ -35,7 +53,7 @@ def from_format_4(payload: dict[str, Any]) -> dict[str, Any]:
     """Format 4 -> 5: `optimizer` was the update's name, now its group of settings (format 4
     had neither momentum nor weight decay: the defaults). Its torch state keeps the one
     parameter group it had, which the update regroups as it loads (WeightUpdate)."""
-    name = payload["config"]["optimizer"]
+    name = field_of(payload, "config.optimizer", str)
     payload["config"] = {**payload["config"], "optimizer": {"name": name}}
     return payload
 
@@ -49,12 +67,34 @@ def from_format_5(payload: dict[str, Any]) -> dict[str, Any]:
 def from_format_6(payload: dict[str, Any]) -> dict[str, Any]:
     """Format 6 -> 7: steps recorded and skipped by fp16's gradient scaler are counted from
     the resume on (format 6 kept no count)."""
-    payload["outcome"] = {**payload["outcome"], "recorded_steps": 0, "skipped_steps": 0}
+    outcome = field_of(payload, "outcome", dict)
+    payload["outcome"] = {**outcome, "recorded_steps": 0, "skipped_steps": 0}
+    return payload
+
+
+def from_format_7(payload: dict[str, Any]) -> dict[str, Any]:
+    """Format 7 -> 8: the config's groups keep only their option's keys (format 7's optimizer
+    and schedule held every option's, those of the others at their defaults)."""
+    config = field_of(payload, "config", dict)
+    payload["config"] = {
+        **config,
+        **{
+            group: own_keys(base, field_of(payload, f"config.{group}", dict))
+            for group, base in OPTION_GROUPS.items()
+            if group in config
+        },
+    }
     return payload
 
 
 # format -> its upgrade to the next format.
-UPGRADES = {3: from_format_3, 4: from_format_4, 5: from_format_5, 6: from_format_6}
+UPGRADES = {
+    3: from_format_3,
+    4: from_format_4,
+    5: from_format_5,
+    6: from_format_6,
+    7: from_format_7,
+}
 
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
@@ -116,7 +156,13 @@ def load_checkpoint(run_dir: Path, config: dict[str, Any] | None) -> dict[str, A
     if payload["config"] != config:
         raise ConfigError(f"resume={run_dir}: {CHECKPOINT_NAME} was written by another config")
     while payload["format"] != CHECKPOINT_FORMAT:
-        payload = UPGRADES[payload["format"]](payload)
+        try:
+            payload = UPGRADES[payload["format"]](payload)
+        except UnreadableField as unreadable:
+            raise ConfigError(
+                f"resume={run_dir}: {CHECKPOINT_NAME} (format {found}) {unreadable}, which its "
+                f"upgrade to format {payload['format'] + 1} reads"
+            ) from None
         payload["format"] += 1
     return payload
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from reluexp.config import Config, Optimizer
+from reluexp.config import Config
+from reluexp.options import Optimizer
 from reluexp.record import tags
 from reluexp.record.block import Block
 from reluexp.run.precision import scaled

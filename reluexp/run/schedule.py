@@ -6,7 +6,8 @@ step, after a linear warmup."""
 import bisect
 import math
 
-from reluexp.config import Config, Schedule
+from reluexp.config import Config
+from reluexp.options import Schedule
 
 
 def scheduled(config: Config) -> bool:

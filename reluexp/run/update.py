@@ -5,7 +5,8 @@ from typing import Any
 
 import torch
 
-from reluexp.config import Config, Optimizer, OptimizerConfig
+from reluexp.config import Config
+from reluexp.options import AdamConfig, Optimizer, SGDConfig
 from reluexp.record.metrics import MetricStream, flat
 from reluexp.run.precision import GradientScaling, fused
 from reluexp.run.schedule import learning_rate
@@ -14,7 +15,7 @@ from reluexp.run.schedule import learning_rate
 def parameter_groups(
     params: dict[str, torch.Tensor],
     activation_params: list[torch.Tensor],
-    settings: OptimizerConfig,
+    settings: SGDConfig | AdamConfig,
 ) -> list[dict[str, Any]]:
     """The optimizer's parameter groups: weight decay on the weights (tensors of two or more
     dimensions: linear and convolution weights), none on biases, normalization layers and the
