@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import logging
+import math
 import os
 import pickle
 import signal
@@ -308,36 +309,32 @@ def tensorboard(run_dir: Path):
 
 def plugin_scalars(run_dir: Path, tag: str) -> dict[int, float]:
     """step -> value of one scalar tag as TensorBoard's plugin reader loads it (what its
-    Python data path, `--load_fast=false`, shows), asserting that no step appears twice."""
-    from tensorboard.backend.event_processing import plugin_event_accumulator
-    from tensorboard.util import tensor_util
-
-    events = plugin_event_accumulator.EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
-    events.Reload()
-    points = [
-        (e.step, tensor_util.make_ndarray(e.tensor_proto).item()) for e in events.Tensors(tag)
-    ]
-    steps = [step for step, _ in points]
-    assert len(steps) == len(set(steps)), f"steps shown twice: {steps}"
-    return dict(points)
+    Python data path, `--load_fast=false`, shows), asserting that no step has two values (a
+    tag's first point is there twice, as its described tensor and as a simple_value)."""
+    return dict(scalars(run_dir)[tag])
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """tag -> [(step, value)] of every scalar tag as TensorBoard's scalars plugin loads it: a
-    simple_value, or a scalars tensor (a tag's first point, which carries its description;
-    the legacy EventAccumulator.Scalars sees only simple_values)."""
+    """tag -> [(step, value)] of every scalar tag as TensorBoard's scalars plugin loads it,
+    one point per step (a tag's first point, written as the scalars tensor that carries its
+    description and as a simple_value, is one point), asserting that no step has two values."""
     from tensorboard.backend.event_processing import plugin_event_accumulator
     from tensorboard.util import tensor_util
 
     events = plugin_event_accumulator.EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
     events.Reload()
-    return {
-        tag: [
-            (e.step, tensor_util.make_ndarray(e.tensor_proto).item()) for e in events.Tensors(tag)
-        ]
-        for tag in events.Tags()["tensors"]
-        if events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"
-    }
+    found = {}
+    for tag in events.Tags()["tensors"]:
+        if events.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
+            continue
+        points: dict[int, float] = {}
+        for event in events.Tensors(tag):
+            value = tensor_util.make_ndarray(event.tensor_proto).item()
+            assert points.setdefault(event.step, value) == value or math.isnan(value), (
+                f"{tag}: step {event.step} has two values"
+            )
+        found[tag] = list(points.items())
+    return found
 
 
 def descendants(pid: int) -> list:

@@ -181,3 +181,20 @@ def test_every_streamed_tag_says_what_it_means_in_tensorboard(tmp_path):
     assert all(shown[tag] for tag in streamed), [tag for tag in streamed if not shown[tag]]
     assert shown["units/exact_zeros"].startswith("pre-activations exactly 0.0 in the step's batch")
     assert shown["norm/grad_w1"] == "the L2 norm of w1's gradient, before the update"
+
+
+def test_every_reader_sees_every_point_of_a_50_step_run(tmp_path):
+    """74.4: a tag's first point carries its description as a scalars tensor, which
+    EventAccumulator.Scalars and tbparse skip: they saw a 50-step run's loss from step 1. The
+    point is a simple_value too; every reader sees the 50 points, the first included."""
+    from tbparse import SummaryReader
+
+    runner.run(small_config(steps=50), tmp_path)
+    written = read_scalars(tmp_path, ["loss/train"])["loss/train"]
+    assert sorted(written) == list(range(50))
+    legacy = {event.step: event.value for event in tensorboard(tmp_path).Scalars("loss/train")}
+    frame = SummaryReader(str(tmp_path)).scalars
+    loss = frame[frame["tag"] == "loss/train"]
+    assert legacy == written
+    assert dict(zip(loss["step"], loss["value"])) == written
+    assert dict(scalars(tmp_path)["loss/train"]) == written

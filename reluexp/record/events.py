@@ -251,7 +251,8 @@ def read_scalars(run_dir: Path, tags: Sequence[str]) -> dict[str, dict[int, floa
 
     A SessionLog START (written by a resumed run) drops the steps at or after its step that
     the interrupted part had logged. A point is a simple_value, or a scalars-plugin tensor (a
-    described tag's first point, EventWriter.described_scalar).
+    described tag's first point, EventWriter.described_scalar, carries both; 0.5 wrote it as
+    a tensor alone).
     """
     scalars: dict[str, dict[int, float]] = {tag: {} for tag in tags}
     for event in read_events(run_dir):
@@ -379,12 +380,15 @@ class EventWriter:
 
     def described_scalar(self, tag: str, step: int, value: float, meaning: str) -> None:
         """One point of a scalar with its description, which TensorBoard shows beside its
-        chart (it takes a tag's metadata from its first point)."""
-        # As the scalars plugin writes it, a float tensor: TensorBoard's fast loader drops a
-        # simple_value's description.
+        chart (it takes a tag's metadata from its first point), as every reader sees it."""
+        # The description on a float tensor, as the scalars plugin writes it (TensorBoard's
+        # fast loader drops a simple_value's), and the point again as a simple_value, which
+        # EventAccumulator.Scalars and tbparse read (they skip tensors). The fast loader keeps
+        # one point per step; the Python loader (--load_fast=false) shows this one twice.
         tensor = TensorProto(dtype="DT_FLOAT", float_val=[value], tensor_shape=TensorShapeProto())
         summary = plugin_summary(tag, "scalars", tensor=tensor)
         summary.value[0].metadata.summary_description = meaning
+        summary.value.add(tag=tag, simple_value=value)
         self._events.write([Event(wall_time=time.time(), step=step, summary=summary)])
 
     def images(self, pngs: dict[str, bytes]) -> None:
