@@ -34,6 +34,7 @@ from reluexp.sweeps.report.outputs import (
     write_report,
 )
 from reluexp.sweeps.report.statistics import Group, paired, relative_gap, summary_rows, t_975
+from reluexp.sweeps.report.verdicts import check_dir, custom_function
 from reluexp.sweeps.slurm import check_slurm_resources
 from reluexp.sweeps.terminal import Plan, closing_line, time_left
 from reluexp.sweeps.workers import threads_per_job
@@ -1098,3 +1099,32 @@ def test_a_groups_hparams_trial_is_named_by_what_tells_it_from_the_other_groups(
         "activation=myrelu": f"myrelu (mean, {tmp_path.name})",
         "activation=relu": f"relu (mean, {tmp_path.name})",
     }
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("[]", "holds list, not an object"),
+        ("null", "holds null, not an object"),
+        ('{"passed": "false", "verdict": "wrong"}', 'its passed is "false", not true or false'),
+        ('{"passed": false}', "its verdict is null, not text"),
+    ],
+)
+def test_a_check_json_of_another_shape_is_its_rows_unreadable_entry(tmp_path, written, said):
+    """74.3: a check.json holding [] crashed the report ('list' object has no attribute
+    'get'), and {"passed": "false"} read as correct."""
+    builtin = small_config(steps=2)
+    builtin.activation.name, builtin.activation.target = "relu", "torch.relu"
+    fake_sweep(tmp_path, {"activation=myrelu": small_config(steps=2), "activation=relu": builtin})
+    (check_json,) = [
+        tmp_path / check_dir(function) / "check.json"
+        for job in find_jobs(tmp_path)
+        if (function := custom_function(job)) is not None
+    ]
+    check_json.parent.mkdir(parents=True)
+    check_json.write_text(written)
+    done = run_cli(str(tmp_path), cwd=tmp_path, module="reluexp.report")
+    assert done.returncode == 0, done.stderr
+    rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
+    relative = check_json.relative_to(tmp_path)
+    assert rows["activation=myrelu"]["lab_verdict"] == f"unreadable {relative}: {said}"

@@ -79,9 +79,23 @@ def verdict_in(sweep_dir: Path, function: dict[str, Any], check: FunctionCheck |
         return Verdict(name, "")
     except (OSError, ValueError) as error:
         return Verdict(name, f"unreadable {relative / 'check.json'}: {error}")
-    passed = bool(payload.get("passed"))
-    text = "gradients correct" if passed else str(payload.get("verdict", "")).upper()
+    problem = shape_problem(payload)
+    if problem:
+        return Verdict(name, f"unreadable {relative / 'check.json'}: {problem}")
+    passed = payload["passed"]
+    text = "gradients correct" if passed else payload["verdict"].upper()
     return Verdict(name, text, str(relative / "check.md"), passed)
+
+
+def shape_problem(payload: Any) -> str:
+    """What a check.json read back lacks of the lab's shape (an object whose `passed` is true
+    or false and whose `verdict` is text), in a few words; '' where it has it."""
+    if not isinstance(payload, dict):
+        return f"holds {type(payload).__name__ if payload is not None else 'null'}, not an object"
+    for field, kind, expected in (("passed", bool, "true or false"), ("verdict", str, "text")):
+        if not isinstance(payload.get(field), kind):
+            return f"its {field} is {json.dumps(payload.get(field))}, not {expected}"
+    return ""
 
 
 def lab_verdicts(
