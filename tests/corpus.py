@@ -729,6 +729,54 @@ class InPlace(torch.autograd.Function):
         return grad_output * (x > 0)
 
 
+class ClippedStraightThroughInPlace(torch.autograd.Function):
+    """A clipped straight-through quantizer (8 levels on [-1, 1]) as a published QAT library
+    writes its backward: the incoming gradient zeroed in place outside [-1, 1], and returned.
+    Under y.sum().backward() every position shares one value, which the write zeroes."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.round(x.clamp(-1, 1) * 7) / 7
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        grad_output[(x < -1) | (x > 1)] = 0
+        return grad_output
+
+
+class ClippedStraightThrough(ClippedStraightThroughInPlace):
+    """The same quantizer, its backward writing into a copy."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        grad_input = grad_output.clone()
+        grad_input[(x < -1) | (x > 1)] = 0
+        return grad_input
+
+
+def clipped_straight_through(x):
+    """The surrogate both declare: 1 on [-1, 1], 0 outside."""
+    return ((x >= -1) & (x <= 1)).to(x.dtype)
+
+
+class ReLUSavedInPlace(torch.autograd.Function):
+    """A ReLU whose backward makes its mask out of the saved input itself (sign_ in place):
+    its gradients are right, the layer's input is gone."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * x.clamp_(min=0).sign_()
+
+
 class NaiveSoftplus(torch.autograd.Function):
     """log1p(exp(x)): exp overflows to inf at x > 88.7 in float32."""
 
@@ -1233,6 +1281,11 @@ CORRECT = {
     "hard_mish": entry("tests.corpus.HardMish", "tests.corpus.hard_mish"),
     "relu6": entry("tests.corpus.ReLU6", "torch.nn.functional.relu6"),
     "hardtanh": entry("tests.corpus.HardTanh", "torch.nn.functional.hardtanh"),
+    "clipped_straight_through": entry(
+        "tests.corpus.ClippedStraightThrough",
+        None,
+        "activation.surrogate=tests.corpus.clipped_straight_through",
+    ),
     "elu": entry("tests.corpus.ELU", "torch.nn.functional.elu"),
     "softsign": entry("tests.corpus.Softsign", "torch.nn.functional.softsign"),
     "legendre": entry("tests.corpus.LegendrePolynomial3", "tests.corpus.legendre3"),
@@ -1306,6 +1359,12 @@ PLANTED = {
     "wrong_shape": entry("tests.corpus.WrongShape", "torch.relu"),
     "tuple_return": entry("tests.corpus.TupleForward", "torch.relu"),
     "in_place": entry("tests.corpus.InPlace", "torch.relu"),
+    "backward_writes_its_gradient": entry(
+        "tests.corpus.ClippedStraightThroughInPlace",
+        None,
+        "activation.surrogate=tests.corpus.clipped_straight_through",
+    ),
+    "backward_writes_its_input": entry("tests.corpus.ReLUSavedInPlace", "torch.relu"),
     "overflowing_forward": entry("tests.corpus.NaiveSoftplus", "torch.nn.functional.softplus"),
     "wrong_for_large_inputs": entry("tests.corpus.WrongForLargeInputs", "torch.nn.functional.silu"),
     "wrong_in_float64": entry("tests.corpus.WrongInFloat64", "torch.nn.functional.silu"),

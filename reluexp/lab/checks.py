@@ -117,6 +117,9 @@ def returns_checks(context: Context) -> list[Check]:
         notes = [*said, *dict.fromkeys(notes)]
         finding = Finding(group, name, Status.INFO if notes else Status.PASS, "; ".join(notes))
         checked = replace(subject, constants=constants)
+        written = backward_writes(checked.fixed() if probe.random else checked, context)
+        if written:
+            raise UserError(written)
         return Learnt(
             [finding],
             Learned(subject=checked.fixed() if probe.random else checked, probe=probe),
@@ -124,6 +127,45 @@ def returns_checks(context: Context) -> list[Check]:
         )
 
     return [Check(group, name, check, needed=True)]
+
+
+def backward_writes(subject: Subject, context: Context) -> str:
+    """What the backward writes into in place of the tensors autograd hands it, which PyTorch
+    forbids and gradcheck does not catch: its incoming gradient (a dense one's values change:
+    the caller's tensor; the one `y.sum()` passes, one value expanded to every position, makes
+    every gradient what a masked write left in the value they share) or the input the forward
+    saved; '' where it writes into none."""
+    x = context.sample((4, 5), torch.Generator().manual_seed(7)).double().requires_grad_()
+    given = x.detach().clone()
+    dense = torch.ones_like(given)
+    _, dense_grads, _ = forward_backward(subject, subject.call, x, dense)
+    if not torch.equal(dense, torch.ones_like(given)):
+        return (
+            f"{subject.name}.backward changed its incoming gradient in place (grad_output[...] "
+            "= ... or grad_output.op_()): the caller's tensor, and under y.sum().backward() "
+            "every gradient; write into a copy (grad_output.clone()) or compute a new tensor"
+        )
+    if not torch.equal(x.detach(), given):
+        return (
+            f"{subject.name}.backward changed the forward's input in place (a tensor it saved): "
+            "the layer's input, which the layers before it may still read; write into a copy"
+        )
+    summed = torch.ones((), dtype=given.dtype).expand_as(given)
+    _, summed_grads, _ = forward_backward(subject, subject.call, x, summed)
+    for wanted, (dense_grad, summed_grad) in zip(
+        ("the input", *subject.params), zip(dense_grads, summed_grads)
+    ):
+        # Within rounding: a kernel may reduce a stride-0 tensor in another order.
+        if dense_grad is not None and not torch.allclose(
+            dense_grad, summed_grad, rtol=1e-10, atol=0.0, equal_nan=True
+        ):
+            return (
+                f"{subject.name}.backward's gradient for {wanted} under y.sum().backward() (its "
+                "incoming gradient one value expanded to every position) is not the same as "
+                "under a dense upstream of ones: it writes into its incoming gradient in place; "
+                "write into a copy (grad_output.clone())"
+            )
+    return ""
 
 
 # An input of each rank the returns check tries (its own (4, 5) input is the rank-2 one).
