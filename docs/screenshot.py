@@ -61,7 +61,7 @@ def free_port() -> int:
 
 def dashboard_logdir(closing_line: str) -> Path:
     """The logdir the sweep's closing line tells its user to open."""
-    match = re.search(r"Dashboard: tensorboard --logdir (\S+)", closing_line)
+    match = re.search(r"Dashboard: `tensorboard --logdir ([^\s`]+)", closing_line)
     if match is None:
         raise SystemExit(f"no dashboard in the closing line: {closing_line}")
     return Path(match.group(1))

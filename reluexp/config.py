@@ -2,6 +2,7 @@
 hidden width as a list), each field with its meaning (Hydra knows the schema, and --help its
 meanings, through hydra_glue; reluexp.validation checks the values)."""
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
@@ -171,6 +172,26 @@ class Loss(str, Enum):
     cross_entropy = "cross_entropy"
 
 
+@functools.cache
+def default_cadence(steps: int, print_every: int) -> int:
+    """The smallest spacing n of streamed steps (0, n, 2n, ...) at which they, the print steps
+    (n-1 of every print_every: off that grid) and the last step are at most TENSORBOARD_POINTS,
+    which TensorBoard's default sample keeps whole; where the print steps alone are more, the
+    grid's own share (a step per ceil(steps / TENSORBOARD_POINTS))."""
+    every = max(1, math.ceil(steps / TENSORBOARD_POINTS))
+    prints = range(print_every - 1, steps, print_every)
+    if len(prints) + 1 >= TENSORBOARD_POINTS:
+        return every
+    last_printed = bool(prints) and prints[-1] == steps - 1
+    while True:
+        off_grid = sum(1 for step in prints if step % every) + (
+            (steps - 1) % every != 0 and not last_printed
+        )
+        if math.ceil(steps / every) + off_grid <= TENSORBOARD_POINTS:
+            return every
+        every += 1
+
+
 @dataclass
 class Config:
     activation: ActivationConfig = field(default_factory=ActivationConfig)
@@ -219,8 +240,10 @@ class Config:
         metadata=meaning(
             "Steps between the values streamed to TensorBoard (loss, gradient and weight "
             "norms; the print steps and the last always). Unset: every step up to 1,000 steps, "
-            "beyond that every ceil(steps / 1000)-th, which TensorBoard's default sample keeps "
-            "whole. A divergence is caught at the first streamed step after it."
+            "beyond that every n-th, n the smallest at which these steps, the print steps and "
+            "the last included, are at most 1,000, which TensorBoard's default sample keeps "
+            "whole (with fewer than 1,000 print steps). A divergence is caught at the first "
+            "streamed step after it."
         ),
     )
     print_every: int = field(
@@ -271,7 +294,7 @@ class Config:
     @property
     def streamed_every(self) -> int:
         """Steps between streamed rows: log_every, or unset, as many as TensorBoard keeps."""
-        return self.log_every or math.ceil(self.steps / TENSORBOARD_POINTS)
+        return self.log_every or default_cadence(self.steps, self.print_every)
 
     def prints_at(self, step: int) -> bool:
         """The article prints `step loss` at steps 99, 199, ...: the last of every print_every."""

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -395,3 +396,12 @@ def run_stopped_at(config, run_dir: Path, step: int, monkeypatch) -> None:
     with pytest.raises(runner.Interrupted):
         runner.run(config, run_dir, stop=Stop())
     monkeypatch.undo()
+
+
+def command_after(label: str, line: str) -> str:
+    """The command a closing line gives after `label: `, between the backticks that keep the
+    sentence after it out of a copy (74.5: `Finish it: ... hydra.sweep.dir=<dir>.` copied with
+    its period named another directory)."""
+    found = re.search(rf"{re.escape(label)}: `([^`]+)`", line)
+    assert found, (label, line)
+    return found.group(1)

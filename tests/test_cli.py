@@ -2,6 +2,7 @@
 
 import contextlib
 import csv
+import io
 import json
 import logging
 import os
@@ -25,12 +26,12 @@ import torch
 
 import reluexp
 from reluexp import cli
-from reluexp.config import Config
+from reluexp.config import TENSORBOARD_POINTS, Config
 from reluexp.record import progress
 from reluexp.record.progress import Progress
 from reluexp.run import runner
 from reluexp.shell import lifecycle
-from tests.helpers import SMALL, run_cli, summary
+from tests.helpers import SMALL, command_after, run_cli, summary
 
 pytestmark = pytest.mark.slow
 
@@ -326,7 +327,7 @@ def test_the_headline_sweeps_dashboard_fills_by_itself(tmp_path):
     custom Functions.)"""
     result = run_cli("-m", "experiment=custom_vs_builtin", "device=cpu", "threads=1", cwd=tmp_path)
     closing = result.stderr.strip().splitlines()[-1]
-    logdir = tmp_path / re.search(r"Dashboard: tensorboard --logdir (\S+)", closing).group(1)
+    logdir = tmp_path / command_after("Dashboard", closing).split()[2]
     (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
     assert logdir == sweep_dir / "groups"
     assert f"every job: tensorboard --logdir {logdir.parent.relative_to(tmp_path)}, 47 runs" in (
@@ -400,6 +401,10 @@ def test_help_teaches_each_key_and_the_launchers_without_importing_torch(tmp_pat
     assert "\nhydra/sweeper: basic" in result.stdout
     imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines()]
     assert "reluexp.config" in imported and "torch" not in imported
+    # 76.4: it ended `Then: tensorboard --logdir outputs`, a view that opens blank past 40 runs.
+    assert result.stdout.rstrip().endswith(
+        "\nThen: the Dashboard: command its closing line prints. Hydra's own help: --hydra-help."
+    )
 
 
 @pytest.mark.parametrize("quiet", ["false", "true"])
@@ -411,7 +416,7 @@ def test_a_run_ends_with_one_closing_line_kept_in_its_log(tmp_path, quiet):
     )
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("reluexp: completed after 3 steps, final loss ")
-    assert last.endswith("Run dir: run. Dashboard: tensorboard --logdir run")
+    assert last.endswith("Run dir: run. Dashboard: `tensorboard --logdir run`")
     assert (run / "reluexp.log").read_text().strip().splitlines()[-1].endswith(last)
 
 
@@ -444,7 +449,9 @@ def test_progress_logs_plain_lines_when_not_a_terminal(tmp_path, caplog, monkeyp
     with caplog.at_level(logging.INFO, logger="reluexp"):
         runner.run(Config(device="cpu", steps=5), tmp_path)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")]
-    assert lines and lines[-1].startswith("progress: step 5/5 loss ")
+    # 74.5: no `loss nan` before the first flush (at the run's end, for 5 steps).
+    assert lines and lines[-1].startswith("progress: step 5/5 ")
+    assert not [line for line in lines if "nan" in line]
     assert "steps/s ETA 0:00" in lines[-1]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="reluexp"):
@@ -471,6 +478,33 @@ def test_the_progress_line_says_when_a_busy_machine_slowed_the_run(monkeypatch, 
         "(10x slower than its first steps: the machine is busy, load 5.2 on 2 cores)"
     )
     assert not said[2].endswith(")") and not said[3].endswith(")")  # quiet machine; fast again
+
+
+def test_on_a_terminal_the_busy_note_is_a_log_line_once_and_no_loss_before_a_flush(
+    monkeypatch, caplog
+):
+    """74.5: on a terminal the note showed for one 0.2 s redraw and never reached reluexp.log;
+    the first redraws showed `loss nan` before any loss was flushed."""
+    clock = iter([0.0, 1.0, 11.0, 21.0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(progress.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(progress.os, "getloadavg", lambda: (5.2, 0, 0))
+    losses = iter([None, 2.5, 2.5])
+    terminal = io.StringIO()
+    monkeypatch.setattr(progress.sys, "stderr", terminal)
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.0)  # the first line at once
+    line = Progress(total=1000, start_step=0, loss=lambda: next(losses), enabled=True)
+    line.interactive = True
+    with caplog.at_level(logging.INFO, logger="reluexp"):
+        for step in (100, 200, 300):  # 100 steps/s over the first second, then 10, 10
+            line.update(step)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "at step 200 (10x slower than its first steps: the machine is busy, load 5.2 on 2 cores)"
+    ]
+    redraws = terminal.getvalue().split("\r")
+    assert "100/1000 100 steps/s" in redraws[1] and "loss" not in redraws[1]
+    assert "200/1000 loss 2.5 " in terminal.getvalue()
 
 
 def test_a_machine_busy_from_the_start_is_said_on_the_first_progress_line(monkeypatch, caplog):
@@ -620,18 +654,19 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, monkeypatch, capsys):
     )
 
 
-@pytest.mark.parametrize(("log_every", "rows"), [([], 1001), (["log_every=1"], 3000)])
+@pytest.mark.parametrize(("log_every", "rows"), [([], 751), (["log_every=1"], 3000)])
 def test_tensorboard_started_as_the_closing_line_says_draws_every_streamed_point(
     tmp_path, log_every, rows
 ):
     """60: TensorBoard keeps a random 1,000 points a tag: a 3,000-step run streamed every step
     and drew a third of it, its exact zeros kept or dropped at random. Unset, log_every streams
-    every third step (with the print steps and the last: 1,031 rows); log_every=1, all 3,000,
-    and the closing line's command keeps them all."""
+    every fourth step and the last (751 rows: every third and the last were 1,001, 74.5);
+    log_every=1, all 3,000, and the closing line's command keeps them all."""
     result = run_cli("steps=3000", *log_every, *SMALL, cwd=tmp_path)
-    command = shlex.split(result.stderr.strip().splitlines()[-1].split("Dashboard: ")[1])
+    command = shlex.split(command_after("Dashboard", result.stderr.strip().splitlines()[-1]))
     assert command[:2] == ["tensorboard", "--logdir"]
-    assert command[3:] == [f"--samples_per_plugin=scalars={rows}"]
+    kept = [f"--samples_per_plugin=scalars={rows}"] if rows > TENSORBOARD_POINTS else []
+    assert command[3:] == kept
     run_dir = tmp_path / command[2]
     assert json.loads((run_dir / "summary.json").read_text())["recorded_steps"] == rows
     with tensorboard_server(run_dir, 1, command[3:]) as (base, runs):
@@ -639,7 +674,7 @@ def test_tensorboard_started_as_the_closing_line_says_draws_every_streamed_point
     steps = [step for _, step, _ in points]
     assert len(steps) == rows and steps[-1] == 2999
     if not log_every:
-        assert steps[:4] == [0, 3, 6, 9]
+        assert steps[:4] == [0, 4, 8, 12]
 
 
 def test_a_rate_under_one_step_a_second_reads_in_seconds_a_step():

@@ -11,7 +11,14 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from reluexp import hydra_glue
-from reluexp.config import OPTION_GROUPS, Config, ConfigError, Dtype, config_dict
+from reluexp.config import (
+    OPTION_GROUPS,
+    TENSORBOARD_POINTS,
+    Config,
+    ConfigError,
+    Dtype,
+    config_dict,
+)
 from reluexp.functions.targets import resolve_activation
 from reluexp.hydra_glue import key_meanings
 from reluexp.options import OPTION_SCHEMAS
@@ -296,3 +303,19 @@ def test_a_short_trial_of_the_papers_study_still_draws_curves(overrides, log_eve
         hydra_glue.compose_config(["experiment=cifar10_resnet20", "data.root=/data", *overrides])
     )
     assert (config.log_every, config.eval_every) == (log_every, eval_every)
+
+
+@pytest.mark.parametrize("steps", [999, 1000, 1001, 2000, 3000, 10_000, 64_000])
+def test_the_default_cadence_streams_at_most_what_tensorboard_keeps(steps):
+    """74.5: 2,000 steps streamed every other step and the 20 print steps off that grid, 1,020
+    points, past the 1,000 TensorBoard's default sample keeps. Now the smallest spacing that
+    fits, the print steps and the last included."""
+    config = Config(steps=steps)
+
+    def streamed(every: int) -> int:
+        spaced = Config(steps=steps, log_every=every)
+        return sum(spaced.streams_at(step) for step in range(steps))
+
+    assert streamed(config.streamed_every) <= TENSORBOARD_POINTS
+    if config.streamed_every > 1:
+        assert streamed(config.streamed_every - 1) > TENSORBOARD_POINTS

@@ -34,6 +34,7 @@ from tests.helpers import (
     RAISING_FUNCTION,
     REPO_ROOT,
     SMALL,
+    command_after,
     descendants,
     fake_sweep,
     interrupted_run,
@@ -119,7 +120,7 @@ def test_an_interrupted_run_says_where_it_is_and_how_to_resume_on_stderr(tmp_pat
     assert stopped.returncode == 130
     assert stopped.stdout and only_loss_lines(stopped.stdout)
     closing = stopped.stderr.strip().splitlines()[-1]
-    resume = re.search(r"Resume: (python -m reluexp resume=\S+ \S+)\.", closing).group(1)
+    resume = command_after("Resume", closing)
     assert resume.endswith(f" {stops.TARGET}")
     assert closing.startswith("reluexp: interrupted after 301 steps")
     assert f"Run dir: {next_run_dir(tmp_path).relative_to(tmp_path)}." in closing
@@ -297,7 +298,7 @@ def test_sigterm_to_a_sweep_lists_every_job_and_aggregates_completed_runs(tmp_pa
     (row,) = csv.DictReader((sweep_dir / "summary.csv").open())
     assert (row["jobs"], row["interrupted"], row["not_started"]) == ("4", "1", "3")
     assert row["final_loss_mean"] == ""  # nothing completed: no mean of runs stopped early
-    assert "reluexp: interrupted after" in stderr and "Resume: python -m reluexp resume=" in stderr
+    assert "reluexp: interrupted after" in stderr and "Resume: `python -m reluexp resume=" in stderr
 
 
 @pytest.mark.slow

@@ -42,6 +42,7 @@ from tests.helpers import (
     RAISING_FUNCTION,
     REPO_ROOT,
     SMALL,
+    command_after,
     fake_sweep,
     run_cli,
     small_config,
@@ -156,7 +157,7 @@ def test_my_function_beside_its_builtin_is_the_command_the_closing_line_gives(tm
     # From the repository, where tests.corpus imports; the sweeps go to tmp_path.
     result = run_cli("-m", *args, f"hydra.sweep.dir={tmp_path / 'alone'}", cwd=REPO_ROOT)
     closing = result.stderr.strip().splitlines()[-1]
-    command = closing.partition("With the built-in beside (no job trained the reference): ")[2]
+    command = command_after("With the built-in beside (no job trained the reference)", closing)
     assert command == (
         "python -m reluexp -m activation=custom activation.reference=torch.nn.functional.silu "
         "seed=0,1 steps=5 activation.target=tests.corpus.Swish,torch.nn.functional.silu"
@@ -240,8 +241,8 @@ def test_failures_are_results_and_the_sweep_exits_nonzero(tmp_path):
     assert re.fullmatch(
         re.escape(
             f"reluexp: sweep ended, 4 jobs: completed 1, diverged 1, failed 2. Sweep dir: "
-            f"{shown} (summary.md, summary.csv, loss_curves.png). Dashboard: tensorboard "
-            f"--logdir {shown}. The lab finds Raises WRONG (lab/Raises-"
+            f"{shown} (summary.md, summary.csv, loss_curves.png). Dashboard: `tensorboard "
+            f"--logdir {shown}`. The lab finds Raises WRONG (lab/Raises-"
         )
         + r"[0-9a-f]{8}/check\.md\)",
         lines[-1],
@@ -918,7 +919,7 @@ def test_a_stopped_sweep_is_finished_by_the_command_its_closing_line_gives(tmp_p
     records = [p for p in first.iterdir() if p.is_file() and p.name != "reluexp.log"]
     before = {p: p.read_bytes() for p in records}
     line = closing_line(sweep_dir, Written(find_jobs(sweep_dir), ["summary.md"]))
-    finish = line.split("Finish it: ")[1]
+    finish = command_after("Finish it", line)
     assert finish == shlex.join(
         ["python", "-m", "reluexp", *FINISHED_SWEEP, f"hydra.sweep.dir={sweep_dir}"]
     )

@@ -45,12 +45,12 @@ class Progress:
         self,
         total: int,
         start_step: int,
-        loss: Callable[[], float],
+        loss: Callable[[], float | None],
         enabled: bool,
         threads: int = 1,
     ):
-        """threads: torch's intra-op threads for the run, which a busy machine's first line
-        names."""
+        """loss: the latest flushed loss, None before the first flush. threads: torch's
+        intra-op threads for the run, which a busy machine's first line names."""
         self.total = total
         self.threads = threads
         self.start_step = start_step
@@ -62,6 +62,9 @@ class Progress:
         # The steps/s since the line before, and over the first line's steps.
         self.last = (start_step, self.started)
         self.first_rate: float | None = None
+        # On a terminal the busy note is said once as a log line too: a redraw shows it for
+        # 0.2 s, and the live line never reaches the run's log.
+        self.busy_said = False
 
     def update(self, step: int) -> None:
         if not self.enabled:
@@ -71,8 +74,15 @@ class Progress:
             return
         rate = (step - self.start_step) / (now - self.started)
         eta = (self.total - step) / rate if rate > 0 else math.inf
-        text = f"{step}/{self.total} loss {self.loss():.4g} {pace(rate)} ETA {duration(eta)}"
-        text += self.busy_machine(step, now)
+        loss = self.loss()
+        shown = "" if loss is None else f" loss {loss:.4g}"
+        text = f"{step}/{self.total}{shown} {pace(rate)} ETA {duration(eta)}"
+        busy = self.busy_machine(step, now)
+        if busy and self.interactive and not self.busy_said:
+            self.busy_said = True
+            self.close()  # the live line, cleared for the log line
+            log.warning("at step %s%s", step, busy)
+        text += busy
         if self.interactive:
             width = 24
             filled = width * step // self.total

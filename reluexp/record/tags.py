@@ -240,6 +240,12 @@ def layout(params: list[str], sites: list[str]) -> dict[str, dict[str, Chart]]:
     }
 
 
+def quoted(command: str) -> str:
+    """A command inside a line of prose, between backticks: copied from a terminal, the
+    sentence's period or comma after it is not part of it."""
+    return f"`{command}`"
+
+
 def dashboard_command(logdir: str, rows: int | None) -> str:
     """`tensorboard --logdir DIR`, keeping every streamed point where a tag has more of them
     than TensorBoard's default sample (a random TENSORBOARD_POINTS)."""

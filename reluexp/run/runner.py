@@ -251,7 +251,7 @@ def _run(
             Progress(
                 config.steps,
                 state.step,
-                lambda: state.outcome.final_loss,
+                lambda: state.outcome.final_loss if state.outcome.recorded_steps else None,
                 not config.quiet,
                 torch.get_num_threads(),
             ),

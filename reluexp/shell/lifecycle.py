@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from reluexp.config import Config, ConfigError, config_dict
 from reluexp.hydra_glue import COMPOSITION_ERRORS, one_line
 from reluexp.record.summary import RunSummary, SummaryError, record_failure
-from reluexp.record.tags import dashboard_command
+from reluexp.record.tags import dashboard_command, quoted
 from reluexp.run.rundir import RunHeld, shown_path
 from reluexp.shell.labcheck import BoundedCheck
 from reluexp.shell.preflight import start_run, start_sweep
@@ -276,8 +276,8 @@ def closing_line(run_dir: Path, summary: RunSummary | None = None) -> str:
     if summary.warnings:
         line += f" Warnings: {'; '.join(summary.warnings)}."
     if summary.status == "interrupted":
-        line += f" Resume: {resume_command(shown, summary)}."
-    return f"{line} Dashboard: {dashboard_command(shown, summary.recorded_steps)}"
+        line += f" Resume: {quoted(resume_command(shown, summary))}."
+    return f"{line} Dashboard: {quoted(dashboard_command(shown, summary.recorded_steps))}"
 
 
 def resume_command(shown: str, summary: RunSummary) -> str:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from reluexp.record.progress import duration
 from reluexp.record.summary import RunSummary
+from reluexp.record.tags import quoted
 from reluexp.run.rundir import shown_path
 from reluexp.sweeps.finish import UNFINISHED, finish_command
 from reluexp.sweeps.report.discovery import Job, jobs_in, planned_jobs, searched_keys
@@ -150,9 +151,11 @@ def closing_line(sweep_dir: Path, written: Written) -> str:
     )
     finish = finish_command(sweep_dir)
     if finish is not None and any(status in statuses for status in UNFINISHED):
-        line += f". Finish it: {finish}"
+        line += f". Finish it: {quoted(finish)}"
     if written.paired is not None:
-        line += f". With the built-in beside (no job trained the reference): {written.paired}"
+        line += (
+            f". With the built-in beside (no job trained the reference): {quoted(written.paired)}"
+        )
     if written.not_correct:
         line += f". The lab finds {', '.join(written.not_correct)}"
     return line

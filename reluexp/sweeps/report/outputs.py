@@ -26,6 +26,7 @@ from reluexp.record.tags import (
     layout,
     loss_band,
     loss_gap,
+    quoted,
 )
 from reluexp.record.whole import write_whole
 from reluexp.sweeps.finish import paired_command
@@ -373,14 +374,14 @@ class Written:
         view beside it."""
         rows = max((job.summary.recorded_steps or 0 for job in self.jobs), default=0)
         if self.runs <= MAX_TICKED_RUNS:
-            return dashboard_command(sweep_dir, rows)
+            return quoted(dashboard_command(sweep_dir, rows))
         beyond = f"more than the {MAX_TICKED_RUNS} TensorBoard ticks by itself"
         view = "one run per group"
         if self.view_runs > MAX_TICKED_RUNS:
             view += f", {self.view_runs} runs, {beyond}: tick them in its run list"
         return (
-            f"{dashboard_command(f'{sweep_dir}/{GROUP_VIEW}', rows)} ({view}; every job: "
-            f"{dashboard_command(sweep_dir, rows)}, {self.runs} runs, {beyond})"
+            f"{quoted(dashboard_command(f'{sweep_dir}/{GROUP_VIEW}', rows))} ({view}; every "
+            f"job: {quoted(dashboard_command(sweep_dir, rows))}, {self.runs} runs, {beyond})"
         )
 
     @property
@@ -447,7 +448,7 @@ def write_report(sweep_dir: Path, check: FunctionCheck | None = None) -> Written
         header += (
             f" No job trained {', '.join(unpaired)}, the reference"
             f"{'s' if len(unpaired) > 1 else ''} its custom jobs name, so none has a vs "
-            "reference" + (f"; to train it beside them: `{paired}`." if paired else ".")
+            "reference" + (f"; to train it beside them: {quoted(paired)}." if paired else ".")
         )
     if not_correct:
         header += (
