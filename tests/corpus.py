@@ -777,6 +777,22 @@ class ReLUSavedInPlace(torch.autograd.Function):
         return grad_output * x.clamp_(min=0).sign_()
 
 
+class StableSoftplusRelu(torch.autograd.Function):
+    """The overflow-free softplus as numerically careful code writes it, relu(x) +
+    log1p(exp(-|x|)), its backward sigmoid(x): exact at 0, where the formula's relu and abs
+    bend."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.relu(x) + torch.log1p(torch.exp(-x.abs()))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * torch.sigmoid(x)
+
+
 class NaiveSoftplus(torch.autograd.Function):
     """log1p(exp(x)): exp overflows to inf at x > 88.7 in float32."""
 
@@ -1281,6 +1297,7 @@ CORRECT = {
     "hard_mish": entry("tests.corpus.HardMish", "tests.corpus.hard_mish"),
     "relu6": entry("tests.corpus.ReLU6", "torch.nn.functional.relu6"),
     "hardtanh": entry("tests.corpus.HardTanh", "torch.nn.functional.hardtanh"),
+    "stable_softplus_relu": entry("tests.corpus.StableSoftplusRelu", None),
     "clipped_straight_through": entry(
         "tests.corpus.ClippedStraightThrough",
         None,

@@ -620,3 +620,66 @@ def test_the_lab_runs_on_one_thread_unless_told(monkeypatch, overrides, threads)
     finally:
         torch.set_num_threads(before)
     assert seen == [(threads, threads)]
+
+
+MY_RELU_SOURCE = """import torch
+
+
+class MyReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input):
+        ctx.save_for_backward(input)
+        return input.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (input,) = ctx.saved_tensors
+        grad_input = grad_output.clone()
+        grad_input[input < 0] = 0
+        return grad_input
+"""
+
+
+def test_what_my_function_costs_is_one_command_from_my_directory(tmp_path):
+    """76.1: the answer to "what does it cost?" was a benchmark of the shipped activations
+    that failed outside the repository; --cost prints the lab's memory and time findings,
+    beside the reference's, and writes nothing."""
+    (tmp_path / "my_relu.py").write_text(MY_RELU_SOURCE)
+    done = run_cli(
+        "--cost",
+        "activation=custom",
+        "activation.target=my_relu.MyReLU",
+        "activation.reference=torch.relu",
+        cwd=tmp_path,
+        module="reluexp.check",
+    )
+    memory, cost = done.stdout.splitlines()
+    # It saves its input (4 bytes per float32 element) where torch.relu saves only its output.
+    assert memory == (
+        "memory: saved for backward, bytes per element: 4 saved, 4 beyond the output; "
+        "reference 4, 0 beyond the output (more than the reference)"
+    )
+    assert re.match(r"cost: forward\+backward: \S+x the reference's time at \(64, 100\)", cost)
+    assert {p.name for p in tmp_path.iterdir()} - {"__pycache__"} == {"my_relu.py"}
+
+
+def test_the_cost_of_a_function_that_cannot_be_called_is_its_returns_line(tmp_path):
+    done = run_cli(
+        "--cost",
+        *corpus.PLANTED["tuple_return"],
+        cwd=REPO_ROOT,
+        module="reluexp.check",
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == "WRONG returns: forward returned a tuple of 2, not a tensor\n"
+
+
+def test_an_exact_backward_at_a_bend_of_the_forwards_formula_is_no_precision_finding(tmp_path):
+    """77.3: at x = 0, where a stable softplus's relu and abs bend, autograd's derivative of
+    the formula is their convention and finite differences are the truth; an exact
+    sigmoid(0) = 0.5 was called 87 units off their 0.5000000000000097."""
+    code, report = run_check(tmp_path, *corpus.CORRECT["stable_softplus_relu"])
+    assert code == 0
+    precision = [f["detail"] for f in report["findings"] if f["status"] == "precision"]
+    assert precision == []

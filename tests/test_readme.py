@@ -88,7 +88,9 @@ def write_config_files(directory):
 def test_docs_command_works_as_written(tmp_path, command):
     write_config_files(tmp_path)
     write_readme_cifar(tmp_path, command)
-    worked_example = "my_relu.MyReLU" in command and "reluexp.check" in command
+    worked_example = (
+        "my_relu.MyReLU" in command and "reluexp.check" in command and "--cost" not in command
+    )
     if "my_relu.MyReLU" in command:
         # The docs' worked example: its Function, with the bug it plants.
         (source,) = [b for b in blocks("python") if "class MyReLU" in b]
@@ -105,6 +107,11 @@ def test_docs_command_works_as_written(tmp_path, command):
         ).group(0)
         assert failure in DOCS.replace("\n", " ")
         assert result.stdout.splitlines()[-1].startswith("MyReLU: WRONG. Report: ")
+    elif "--cost" in command:  # the how-to's two lines, the article's MyReLU beside torch.relu
+        assert result.returncode == 0, result.stderr[-2000:]
+        memory, cost = result.stdout.splitlines()
+        assert memory.startswith("memory: saved for backward, bytes per element: 4 saved")
+        assert cost.startswith("cost: forward+backward: ") and "x the reference's time" in cost
     else:
         assert result.returncode == 0, result.stderr[-2000:]
     if "-m" in shrunk(command)[1]:  # a sweep: every job trained

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from reluexp.config import ConfigError
 from reluexp.hydra_glue import COMPOSITION_ERRORS, compose_config, one_line
+from reluexp.lab.findings import Group, Report
 from reluexp.lab.pipeline import Interrupted, Options, run_checks
 from reluexp.lab.subject import build_subject
 from reluexp.run.device import resolve_device
@@ -33,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         "beside the compiled reference (slow: dynamo's import, inductor's kernels)",
     )
     parser.add_argument("--large", action="store_true", help="also time a (2048, 2048) input")
+    parser.add_argument(
+        "--cost",
+        action="store_true",
+        help="only what it costs: the bytes it saves for backward and its forward+backward "
+        "time, beside the reference's (compiled too with --compile); no report written",
+    )
     parser.add_argument(
         "--thorough", action="store_true", help="train 500 steps per run instead of 50 and 200"
     )
@@ -75,6 +82,7 @@ def check(args: argparse.Namespace, interrupts: Interrupts) -> int:
             large=args.large,
             double_backward=args.double_backward,
             domain=tuple(activation.domain) if activation.domain else None,
+            cost_only=args.cost,
         )
         # The threads are the check's: put back when it ends (an in-process caller's stay).
         with job_environment(device, config.threads), interrupts.raising():
@@ -88,6 +96,8 @@ def check(args: argparse.Namespace, interrupts: Interrupts) -> int:
     except KeyboardInterrupt:
         print("reluexp.check: interrupted before the checks began", file=sys.stderr)
         return interrupts.exit_code
+    if args.cost:
+        return cost_said(checked.report)
     try:
         problems = checked.write(check_dir)
     except OSError as error:
@@ -107,3 +117,16 @@ def check(args: argparse.Namespace, interrupts: Interrupts) -> int:
         print("reluexp.check: interrupted while writing its report", file=sys.stderr)
         return interrupts.exit_code
     return 0 if report.ok else 1
+
+
+def cost_said(report: Report) -> int:
+    """--cost's lines: the memory and time findings; where the returns check failed (nothing
+    else could run), its line, exit 1."""
+    costs = [f for f in report.findings if f.group in (Group.MEMORY, Group.COST)]
+    if not costs:
+        print("\n".join(report.summary_lines()))
+        return 1
+    for finding in costs:
+        said = "saved for backward, bytes per element" if finding.group == Group.MEMORY else ""
+        print(f"{finding.group.value}: {said + ': ' if said else ''}{finding.detail}")
+    return 0

@@ -30,6 +30,8 @@ class Options:
     double_backward: bool = False
     # activation.domain: where to check, stated (else found where the forward is finite).
     domain: tuple[float, float] | None = None
+    # Only what the Function saves and costs (COST_STAGES), not whether it is right.
+    cost_only: bool = False
 
 
 @dataclass(frozen=True)

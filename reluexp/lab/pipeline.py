@@ -189,6 +189,11 @@ def run_check(check: Check, subject: Subject) -> Learnt:
     return done if isinstance(done, Learnt) else Learnt([done])
 
 
+# What `--cost` runs: what every other check relies on (the returns), then what the Function
+# saves for backward and what a forward + backward takes, compiled too with --compile.
+COST_STAGES = ("returns", "transforms, memory, cost", "compile")
+
+
 def run_checks(subject: Subject, experiment: Config, options: Options) -> Checked:
     """Every stage in order, each check run by run_check; a needed check that does not pass
     ends the check there (what the later ones need could not be learnt). Ctrl-C raises
@@ -197,7 +202,8 @@ def run_checks(subject: Subject, experiment: Config, options: Options) -> Checke
     seconds: dict[str, float] = {}
     report.facts["seconds"] = seconds
     context = Context(subject, experiment, options)
-    for stage in STAGES:
+    stages = [s for s in STAGES if s.name in COST_STAGES] if options.cost_only else STAGES
+    for stage in stages:
         start = time.perf_counter()
         try:
             for make in stage.makers:
@@ -216,6 +222,8 @@ def run_checks(subject: Subject, experiment: Config, options: Options) -> Checke
             raise Interrupted(stage.name) from None
         finally:
             seconds[stage.name] = time.perf_counter() - start
+    if options.cost_only:
+        return Checked(report, subject)
     if subject.reference is None:
         report.notes.append(NO_REFERENCE)
     oracle = context.oracle
