@@ -3,11 +3,14 @@ fooled it (issue 59): a forward that leaves its reference at large magnitudes, a
 is NaN at tiny inputs, a quantizer that rounds in float32, a stated domain that training
 leaves. Each with and without a reference where that is the question."""
 
+import inspect
+
 import pytest
 import torch
 
 from reluexp.lab import Status, check_function
 from reluexp.lab.compiled import NOT_COMPILED
+from tests.helpers import run_process
 
 pytestmark = pytest.mark.compat
 
@@ -244,6 +247,39 @@ class BranchingReLU(torch.autograd.Function):
         return grad_output * (x > 0)
 
 
+class ReshapesWhenCompiled(torch.autograd.Function):
+    """A ReLU whose forward reshapes under torch.compile alone: compiled, its backward cannot
+    run (compile=true training fails at step 0); eager, it is right."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        y = x.clamp(min=0)
+        if torch.compiler.is_compiling():
+            y = y.reshape(-1)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * (x > 0)
+
+
+class ScaledByItsMaximum(torch.autograd.Function):
+    """A ReLU times max|x| / max|x|, the maximum read with .item(): a graph break."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        largest = x.abs().max().item()
+        return x.clamp(min=0) * (largest / largest)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        return grad_output * (x > 0)
+
+
 def compile_findings(report):
     return {f.check: f for f in report.findings if f.group == "compile"}
 
@@ -325,3 +361,41 @@ def test_compile_true_training_with_a_function_that_fails_under_compile_is_one_l
     )
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert "Traceback" in (directory / "run" / "reluexp.log").read_text()
+
+
+def test_a_function_that_fails_under_compile_is_unsupported_not_a_graph_break(capfd):
+    """74.2: it was `info: ... breaks torch.compile's graph ... it runs in eager only` and 68
+    lines of torch's log on stderr, while compile=true training on it failed at step 0."""
+    report = check_function(ReshapesWhenCompiled, torch.relu, training=False, compile=True)
+    found = compile_findings(report)["torch.compile fullgraph"]
+    assert found.status == Status.UNSUPPORTED
+    line = ReshapesWhenCompiled.backward.__code__.co_firstlineno + 3  # where the shapes clash
+    assert found.detail.startswith(
+        f"ReshapesWhenCompiled fails under torch.compile at {__file__}:{line} (float32 (64, 100): "
+    )
+    assert found.detail.endswith("compile=true training fails on it; it runs in eager")
+    assert report.ok  # eager, its gradients are right
+    assert capfd.readouterr().err == ""  # torch's own log held
+
+
+def test_an_item_graph_break_is_named_by_dynamos_reason_at_the_users_line(tmp_path):
+    """74.2: it read as an internal dynamo error (PendingUnbackedSymbolNotFound), no line.
+    Dynamo says the reason once a process (its warning is cached): a process of its own."""
+    source = inspect.getsource(ScaledByItsMaximum)
+    (tmp_path / "scaled.py").write_text(f"import torch\n\n\n{source}")
+    done = run_process(
+        "--compile",
+        "activation=custom",
+        "activation.target=scaled.ScaledByItsMaximum",
+        "activation.reference=torch.relu",
+        f"hydra.run.dir={tmp_path / 'check'}",
+        cwd=tmp_path,
+        module="reluexp.check",
+    )
+    line = 4 + source.splitlines().index("        largest = x.abs().max().item()")
+    assert (
+        f"info: ScaledByItsMaximum breaks torch.compile's graph at {tmp_path / 'scaled.py'}:"
+        f"{line} (float32 (64, 100): Graph break from `Tensor.item()`); compiled, it runs in "
+        "pieces, that part in eager"
+    ) in done.stdout
+    assert done.stderr == ""  # torch's own log held

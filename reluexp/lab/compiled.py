@@ -5,9 +5,12 @@ torch.compile(fullgraph=True): a graph break named at the user's line, values an
 eager's, the compiled step's time beside the compiled reference's. Importing dynamo alone takes
 about a second, most of a default check's time: a default check does not compile."""
 
+import logging
 import re
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -16,6 +19,7 @@ from reluexp.lab.calls import UserError, forward_backward, raised
 from reluexp.lab.context import Check, Context, Learnt
 from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.judge import dtype_name
+from reluexp.lab.subject import Subject
 
 # opcheck's tests, by the name its report gives each, and what each one tests.
 OPCHECK = {
@@ -32,10 +36,11 @@ COMPILED_COST = "cost: compiled forward+backward time"
 COMPILED_UNITS = 16
 
 
-def user_line(error: BaseException) -> str:
+def user_line(error: BaseException, logged: list[str]) -> str:
     """`file.py:12` of the innermost frame outside torch and reluexp that dynamo names in its
-    report ('from user code: File ..., line N'), else ''."""
-    text = "\n".join(str(e) for e in (error, error.__cause__) if e is not None)
+    report ('from user code: File ..., line N') or its log (a graph break's warning), else
+    ''."""
+    text = "\n".join([*(str(e) for e in (error, error.__cause__) if e is not None), *logged])
     frames = re.findall(r'File "([^"]+)", line (\d+)', text)
     users = [(f, n) for f, n in frames if not any(Path(f).is_relative_to(p) for p in LIBRARIES)]
     return f"{users[-1][0]}:{users[-1][1]}" if users else ""
@@ -70,11 +75,54 @@ def opchecked(context: Context) -> Finding:
     return Finding(Group.COMPILE, name, Status.PASS)
 
 
+@contextmanager
+def torch_logs_held() -> Iterator[list[str]]:
+    """torch's own log records kept off the terminal while the lab compiles (one failed trace
+    logs a 68-line traceback; a graph break, a warning per frame), their messages kept for
+    the finding to say what matters of them. torch gives each of its loggers a handler of its
+    own (none propagates to the root logger's), so each is held."""
+    held: list[str] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record.getMessage())
+        return False
+
+    handlers = {
+        handler
+        for name, found in logging.root.manager.loggerDict.items()
+        if (name == "torch" or name.startswith("torch.")) and isinstance(found, logging.Logger)
+        for handler in found.handlers
+    }
+    for handler in handlers:
+        handler.addFilter(hold)
+    try:
+        yield held
+    finally:
+        for handler in handlers:
+            handler.removeFilter(hold)
+
+
+def fails_when_compiled(subject: Subject, x: torch.Tensor, g: torch.Tensor) -> str:
+    """Where fullgraph refused the Function: what compiling it as compile=true training does
+    (graph breaks allowed) raises, or '' where that runs (the refusal was a graph break)."""
+    torch.compiler.reset()
+    try:
+        forward_backward(subject, torch.compile(subject.plain, backend="eager"), x, g)
+    except UserError as error:
+        return str(error)
+    return ""
+
+
 def compiled(context: Context) -> Finding | Learnt:
     """Forward and backward compiled whole (fullgraph) on the lab's inputs, against eager.
     Dynamo's own `eager` backend: it traces what inductor would be given, graph breaks
     included, in a tenth of aot_eager's time (0.13 s against 1.2 s for MyReLU, most of it
     importing AOTAutograd); a custom op's AOT tracing is opcheck's."""
+    with torch_logs_held() as logged:
+        return compiled_against_eager(context, logged)
+
+
+def compiled_against_eager(context: Context, logged: list[str]) -> Finding | Learnt:
     subject, name = context.subject, "torch.compile fullgraph"
     generator = torch.Generator().manual_seed(12)
     torch.compiler.reset()
@@ -89,11 +137,24 @@ def compiled(context: Context) -> Finding | Learnt:
             if not compiles_at_all():
                 detail = f"torch.compile cannot run here ({raised(cause)}): not checked"
                 return Learnt([Finding(Group.COMPILE, name, Status.INFO, detail)])
-            where = user_line(cause)
+            failure = fails_when_compiled(subject, x, g)
+            where = user_line(cause, logged)
+            at = f" at {where}" if where else ""
+            if failure:
+                detail = (
+                    f"{subject.name} fails under torch.compile{at} ({dtype_name(dtype)} "
+                    f"{tuple(x.shape)}: {failure}): compile=true training fails on it; it runs "
+                    "in eager"
+                )
+                finding = Finding(Group.COMPILE, name, Status.UNSUPPORTED, detail)
+                return Learnt([finding], notes=[f"unsupported: {detail}"])
+            # Dynamo's warning names the break (`Graph break from Tensor.item()`) where its
+            # fullgraph error is an internal one.
+            said = [line for text in logged for line in text.splitlines() if "Graph break" in line]
+            reason = said[0].split(", consider")[0].strip() if said else str(error)
             detail = (
-                f"{subject.name} breaks torch.compile's graph"
-                + (f" at {where}" if where else "")
-                + f" ({dtype_name(dtype)} {tuple(x.shape)}: {error}); it runs in eager only"
+                f"{subject.name} breaks torch.compile's graph{at} ({dtype_name(dtype)} "
+                f"{tuple(x.shape)}: {reason}); compiled, it runs in pieces, that part in eager"
             )
             finding = Finding(Group.COMPILE, name, Status.INFO, detail)
             return Learnt([finding], notes=[f"info: {detail}"])
@@ -127,6 +188,11 @@ def compiled_cost(context: Context, repetitions: int = 5) -> Finding:
     backend: its kernels built, which takes seconds) at (64, 100) float32, beside the
     reference compiled alike and the eager Function: does the custom Function keep the fusion
     the built-in gets?"""
+    with torch_logs_held():
+        return compiled_step_times(context, repetitions)
+
+
+def compiled_step_times(context: Context, repetitions: int) -> Finding:
     subject = context.subject
     x = torch.randn(64, 100, generator=torch.Generator().manual_seed(13))
     sides = {"compiled": torch.compile(subject.plain), "eager": subject.plain}
