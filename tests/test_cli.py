@@ -330,7 +330,7 @@ def test_the_headline_sweeps_dashboard_fills_by_itself(tmp_path):
     logdir = tmp_path / command_after("Dashboard", closing).split()[2]
     (sweep_dir,) = (tmp_path / "outputs" / "multirun").iterdir()
     assert logdir == sweep_dir / "groups"
-    assert f"every job: tensorboard --logdir {logdir.parent.relative_to(tmp_path)}, 47 runs" in (
+    assert f"every job: `tensorboard --logdir {logdir.parent.relative_to(tmp_path)}`, 47 runs" in (
         closing
     )
     with tensorboard_server(logdir, 8) as (base, runs):

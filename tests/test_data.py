@@ -15,7 +15,7 @@ from reluexp.options import DataName
 from reluexp.record import progress
 from reluexp.record.events import read_scalars
 from reluexp.run import runner
-from reluexp.run.data import Dataset
+from reluexp.run.data import Dataset, read_source
 from reluexp.run.losses import objective
 from reluexp.shell.session import Session
 from reluexp.shell.stops import StopSignals
@@ -209,6 +209,8 @@ def test_data_mistakes_are_one_line(tmp_path, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", without_sklearn)
+    # The digits an earlier test in this process read are kept (the last source read).
+    read_source.cache_clear()
     with pytest.raises(ConfigError, match=r"pip install 'reluexp\[data\]'"):
         runner.run(digits_config(), tmp_path / "digits")
     monkeypatch.setattr(builtins, "__import__", real_import)

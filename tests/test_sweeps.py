@@ -266,15 +266,15 @@ def test_diverging_sweep_exits_zero(tmp_path):
 def test_the_dashboard_named_is_one_tensorboard_ticks_by_itself():
     """47.1: TensorBoard ticks every run of a logdir only up to 40."""
     small = Written([], [], runs=40, view_runs=3)
-    assert small.dashboard("s") == "tensorboard --logdir s"
+    assert small.dashboard("s") == "`tensorboard --logdir s`"
     headline = Written([], [], runs=43, view_runs=8)
     assert headline.dashboard("s") == (
-        "tensorboard --logdir s/groups (one run per group; every job: tensorboard --logdir s, "
-        "43 runs, more than the 40 TensorBoard ticks by itself)"
+        "`tensorboard --logdir s/groups` (one run per group; every job: `tensorboard --logdir "
+        "s`, 43 runs, more than the 40 TensorBoard ticks by itself)"
     )
     huge = Written([], [], runs=500, view_runs=51)
     assert huge.dashboard("s").startswith(
-        "tensorboard --logdir s/groups (one run per group, 51 runs, more than the 40 "
+        "`tensorboard --logdir s/groups` (one run per group, 51 runs, more than the 40 "
         "TensorBoard ticks by itself: tick them in its run list; every job: "
     )
 

@@ -3,7 +3,7 @@
 
     from reluexp.lab import check_function
     report = check_function(MyReLU, reference=torch.relu)
-    assert report.ok, report
+    assert report.ok, str(report)
 
 The command, `python -m reluexp.check activation=...`, runs the same checks (lab/command.py).
 """

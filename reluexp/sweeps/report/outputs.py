@@ -369,9 +369,8 @@ class Written:
     not_correct: list[str] = field(default_factory=list)
 
     def dashboard(self, sweep_dir: str) -> str:
-        """The tensorboard command whose page fills by itself: the sweep's every run where
-        TensorBoard ticks them all (MAX_TICKED_RUNS), else its group view, with the per-job
-        view beside it."""
+        """The tensorboard command whose page fills by itself, quoted: the sweep's every run
+        where TensorBoard ticks them all (MAX_TICKED_RUNS), else its group view, the jobs'."""
         rows = max((job.summary.recorded_steps or 0 for job in self.jobs), default=0)
         if self.runs <= MAX_TICKED_RUNS:
             return quoted(dashboard_command(sweep_dir, rows))
