@@ -6,6 +6,7 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -75,11 +76,14 @@ def machine(device: str = "cpu") -> str:
         if device.startswith("cuda")
         else ""
     )
+    # Without cached bytecode (PYTHONDONTWRITEBYTECODE) every process compiles reluexp's
+    # modules again: a start-up or a check then pays what a user's second run does not.
+    bytecode = "not cached" if sys.flags.dont_write_bytecode else "cached"
     return (
         f"{accelerator}{cpu_model()}, {os.cpu_count()} logical cores, vector ISA "
         f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} torch threads, "
-        f"torch {torch.__version__} ({blas}), Python {platform.python_version()}, reluexp "
-        f"commit {commit()}"
+        f"torch {torch.__version__} ({blas}), Python {platform.python_version()}, bytecode "
+        f"{bytecode}, reluexp commit {commit()}"
     )
 
 
