@@ -673,8 +673,8 @@ def test_a_run_an_earlier_format_interrupted_resumes_to_the_uninterrupted_loss(
 @pytest.mark.parametrize(
     ("written", "altered", "said"),
     [
-        (6, ["outcome"], "(format 6) has no outcome, which its upgrade to format 7 reads"),
-        (4, ["config", "optimizer"], "(format 4) has no config.optimizer, which its upgrade to"),
+        (6, ["outcome"], "(format 6) has no outcome: its upgrade to format 7 cannot take it"),
+        (4, ["config", "optimizer"], "(format 4) has no config.optimizer: its upgrade to"),
     ],
 )
 def test_an_old_checkpoint_without_a_field_its_upgrade_reads_is_one_line_naming_it(
@@ -698,3 +698,45 @@ def test_an_old_checkpoint_without_a_field_its_upgrade_reads_is_one_line_naming_
     assert done.returncode == 2
     assert done.stderr.startswith(f"reluexp: error: resume={run_dir}: {CHECKPOINT_NAME} {said}")
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_resume_refused_after_hydra_started_leaves_nothing_beside_the_run(tmp_path):
+    """74.3: a refusal found once the job ran (a checkpoint field that makes no sense) left
+    Hydra's `.hydra/resume_<time>/` in the run directory."""
+    run_dir = interrupted_run(tmp_path / "run")
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    checkpoint["step"] = -50
+    torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
+    done = run_cli(f"resume={run_dir}", cwd=tmp_path, check=False)
+    assert done.returncode == 2
+    assert "checkpoint.pt's step is -50: must be a whole number" in done.stderr
+    # The attempt's lines stay in the run's log; Hydra's files of the attempt do not.
+    assert not list(run_dir.glob(".hydra/resume_*"))
+
+
+def test_a_checkpoint_without_a_format_says_so(tmp_path):
+    """74.3: it read `(format 1)`, a format it never named."""
+    run_dir = interrupted_run(tmp_path / "run")
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    del checkpoint["format"]
+    torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
+    with pytest.raises(
+        ConfigError, match=re.escape(f"{CHECKPOINT_NAME} was written by ")
+    ) as raised:
+        runner.resume(run_dir)
+    assert f"(no format field); {VERSION} reads format 8" in str(raised.value)
+
+
+def test_a_later_checkpoint_relabelled_an_older_format_is_refused_not_upgraded(tmp_path):
+    """74.3: a format-8 checkpoint whose format said 5 was upgraded silently, its gradient
+    scaler's state and its step counts replaced."""
+    run_dir = interrupted_run(tmp_path / "run")
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    checkpoint["format"] = 5
+    torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
+    with pytest.raises(ConfigError) as raised:
+        runner.resume(run_dir)
+    assert str(raised.value).endswith(
+        f"{CHECKPOINT_NAME} (format 5) has scaler, which no format 5 checkpoint has: its "
+        "upgrade to format 6 cannot take it"
+    )

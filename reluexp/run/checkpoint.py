@@ -27,7 +27,8 @@ CHECKPOINT_FORMAT = 8
 
 
 class UnreadableField(Exception):
-    """A field an upgrade reads is absent or of another kind: which, in a few words."""
+    """A field an upgrade reads is absent or of another kind, or one it adds is there already
+    (a later format relabelled): which, in a few words."""
 
 
 def field_of(payload: dict[str, Any], dotted: str, kind: type) -> Any:
@@ -42,9 +43,20 @@ def field_of(payload: dict[str, Any], dotted: str, kind: type) -> Any:
     return value
 
 
+def added(payload: dict[str, Any], dotted: str, format_: int) -> None:
+    """An upgrade from `format_` adds the field at `dotted`: a payload that has it is of a
+    later format relabelled, whose state the upgrade would overwrite."""
+    try:
+        field_of(payload, dotted, object)
+    except UnreadableField:
+        return
+    raise UnreadableField(f"has {dotted}, which no format {format_} checkpoint has")
+
+
 def from_format_3(payload: dict[str, Any]) -> dict[str, Any]:
     """Format 3 -> 4: the largest step the lr advice weighs is counted from the resume on
     (format 3 kept none)."""
+    added(payload, "outcome.largest_step", 3)
     payload["outcome"] = {**field_of(payload, "outcome", dict), "largest_step": 0.0}
     return payload
 
@@ -60,6 +72,7 @@ def from_format_4(payload: dict[str, Any]) -> dict[str, Any]:
 
 def from_format_5(payload: dict[str, Any]) -> dict[str, Any]:
     """Format 5 -> 6: no gradient scaler's state (format 5 had no precision=fp16)."""
+    added(payload, "scaler", 5)
     payload["scaler"] = {}
     return payload
 
@@ -67,6 +80,7 @@ def from_format_5(payload: dict[str, Any]) -> dict[str, Any]:
 def from_format_6(payload: dict[str, Any]) -> dict[str, Any]:
     """Format 6 -> 7: steps recorded and skipped by fp16's gradient scaler are counted from
     the resume on (format 6 kept no count)."""
+    added(payload, "outcome.recorded_steps", 6)
     outcome = field_of(payload, "outcome", dict)
     payload["outcome"] = {**outcome, "recorded_steps": 0, "skipped_steps": 0}
     return payload
@@ -144,12 +158,13 @@ def load_checkpoint(run_dir: Path, config: dict[str, Any] | None) -> dict[str, A
         ) from None
     if not isinstance(payload, dict) or not {"step", "model", "config"} <= payload.keys():
         raise ConfigError(f"resume={run_dir}: {CHECKPOINT_NAME} is not a reluexp checkpoint")
-    found = payload.get("format", 1)
+    found = payload.get("format")
     # A format is a whole number: 6.0 or True is no format a release wrote.
     if type(found) is not int or (found != CHECKPOINT_FORMAT and found not in UPGRADES):
+        said = f"format {found!r}" if "format" in payload else "no format field"
         raise ConfigError(
-            f"resume={run_dir}: {CHECKPOINT_NAME} was written by {writer(run_dir)} (format "
-            f"{found!r}); reluexp {reluexp.__version__} reads format {CHECKPOINT_FORMAT} and "
+            f"resume={run_dir}: {CHECKPOINT_NAME} was written by {writer(run_dir)} ({said}); "
+            f"reluexp {reluexp.__version__} reads format {CHECKPOINT_FORMAT} and "
             f"upgrades {', '.join(map(str, sorted(UPGRADES)))}: resume it with the version "
             "that wrote it"
         )
@@ -160,8 +175,8 @@ def load_checkpoint(run_dir: Path, config: dict[str, Any] | None) -> dict[str, A
             payload = UPGRADES[payload["format"]](payload)
         except UnreadableField as unreadable:
             raise ConfigError(
-                f"resume={run_dir}: {CHECKPOINT_NAME} (format {found}) {unreadable}, which its "
-                f"upgrade to format {payload['format'] + 1} reads"
+                f"resume={run_dir}: {CHECKPOINT_NAME} (format {found}) {unreadable}: its "
+                f"upgrade to format {payload['format'] + 1} cannot take it"
             ) from None
         payload["format"] += 1
     return payload

@@ -411,6 +411,8 @@ def run_job(
             ended, loss = "held", math.nan
         except Exception as error:
             if where is Where.SINGLE and isinstance(error, ConfigError):
+                if resume is not None and hydra_config.output_subdir:  # nothing stays of it
+                    shutil.rmtree(run_dir / hydra_config.output_subdir, ignore_errors=True)
                 exit_with(error)
             file_log.error("%s failed", run_dir, exc_info=error)
             summary = record_failure(run_dir, overrides, error)
