@@ -4,6 +4,7 @@ is NaN at tiny inputs, a quantizer that rounds in float32, a stated domain that 
 leaves. Each with and without a reference where that is the question."""
 
 import inspect
+import re
 
 import pytest
 import torch
@@ -393,9 +394,14 @@ def test_an_item_graph_break_is_named_by_dynamos_reason_at_the_users_line(tmp_pa
         module="reluexp.check",
     )
     line = 4 + source.splitlines().index("        largest = x.abs().max().item()")
-    assert (
+    (said,) = [text for text in done.stdout.splitlines() if "torch.compile" in text]
+    assert said.startswith(
         f"info: ScaledByItsMaximum breaks torch.compile's graph at {tmp_path / 'scaled.py'}:"
-        f"{line} (float32 (64, 100): Graph break from `Tensor.item()`); compiled, it runs in "
-        "pieces, that part in eager"
-    ) in done.stdout
-    assert done.stderr == ""  # torch's own log held
+        f"{line} (float32 (64, 100): "
+    )
+    # Dynamo's own reason: its warning on torch 2.13 (`Graph break from Tensor.item()`), its
+    # fullgraph error on 2.3 (`Unsupported: Tensor.item`).
+    assert "Tensor.item" in said and "Internal" not in said, said
+    # torch's own log held (its records start `W1207 08:02:04...`); a CUDA build of torch
+    # without a driver still says so as it imports.
+    assert not re.search(r"^[EWI]\d{4} |Traceback", done.stderr, flags=re.M), done.stderr
