@@ -683,3 +683,22 @@ def test_an_exact_backward_at_a_bend_of_the_forwards_formula_is_no_precision_fin
     assert code == 0
     precision = [f["detail"] for f in report["findings"] if f["status"] == "precision"]
     assert precision == []
+
+
+def test_a_learnable_function_is_compared_with_a_parameterless_reference_at_its_values(
+    tmp_path, capsys
+):
+    """77.2: a Swish whose beta is a Parameter starting at 1 against F.silu exited 2 (`has 0
+    tensor parameter(s), the target 1: they cannot be compared`)."""
+    code, report = run_check(tmp_path, *corpus.CORRECT["learnable_swish"])
+    assert code == 0
+    said = (
+        "torch.nn.functional.silu has no parameters: compared with LearnableSwish at beta=1, "
+        "its parameters' values as given (their own gradients are checked against its forward)"
+    )
+    assert f"info: {said}" in capsys.readouterr().out
+    assert finding(report, "same function as the reference (float64)")["status"] in (
+        "pass",
+        "info",
+    )
+    assert finding(report, "gradcheck (4, 5)")["status"] == "pass"  # beta's gradient too

@@ -1129,3 +1129,14 @@ def test_a_check_json_of_another_shape_is_its_rows_unreadable_entry(tmp_path, wr
     rows = {row["group"]: row for row in csv.DictReader((tmp_path / "summary.csv").open())}
     relative = check_json.relative_to(tmp_path)
     assert rows["activation=myrelu"]["lab_verdict"] == f"unreadable {relative}: {said}"
+
+
+def test_a_builtin_beside_its_functional_twin_is_not_checked_as_a_custom_function(tmp_path):
+    """77.2: `activation.target=torch.nn.SiLU` against `F.silu` in a sweep was checked by the
+    lab as if it were the user's Function."""
+    builtin = small_config(steps=2)
+    builtin.activation.name, builtin.activation.target = "custom", "torch.nn.SiLU"
+    builtin.activation.reference = "torch.nn.functional.silu"
+    fake_sweep(tmp_path, {"activation.target=torch.nn.SiLU": builtin})
+    (job,) = find_jobs(tmp_path)
+    assert custom_function(job) is None

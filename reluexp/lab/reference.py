@@ -8,7 +8,7 @@ import torch
 
 from reluexp.lab.calls import forward_backward, users_code
 from reluexp.lab.cases import at_kinks, binades
-from reluexp.lab.context import Check, Context
+from reluexp.lab.context import Check, Context, Learnt
 from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.subject import Subject
 
@@ -146,4 +146,16 @@ def reference_checks(context: Context) -> list[Check]:
             return Finding(group, name, Status.INFO, "in float64 " + "; ".join(notes))
         return Finding(group, name, Status.PASS)
 
-    return [Check(group, name, check)]
+    checks = [Check(group, name, check)]
+    if subject.reference_at:
+        said = (
+            f"{subject.reference_path} has no parameters: compared with {subject.name} at "
+            f"{subject.reference_at}, its parameters' values as given (their own gradients are "
+            "checked against its forward)"
+        )
+        compared_at = Finding(group, "compared at the parameters' values", Status.INFO, said)
+        checks.insert(
+            0,
+            Check(group, compared_at.check, lambda: Learnt([compared_at], notes=[f"info: {said}"])),
+        )
+    return checks

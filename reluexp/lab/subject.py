@@ -153,6 +153,9 @@ class Subject:
     surrogate: Callable[[torch.Tensor], torch.Tensor] | None = None
     reference: Tensors | None = None
     reference_path: str | None = None
+    # Where the target has tensor parameters and its reference none: the values at which the
+    # two are compared (`beta=1`), the reference taking the input alone.
+    reference_at: str | None = None
     make_reference: ActivationFactory | None = None
     # The tensor inputs that need no gradient: those the backward returns None for (the
     # returns check finds them); the others' gradients are checked.
@@ -247,11 +250,15 @@ def build_subject(
         ref = resolved(reference, "activation.reference")
         ref_params = {**accepted(ref, params), **reference_params}
         subject.reference, ref_named = explicit(ref, ref_params, reference_path)
-        if len(ref_named) != len(named):
+        if ref_named and len(ref_named) != len(named):
             raise ConfigError(
                 f"activation.reference={reference_path}: has {len(ref_named)} tensor "
                 f"parameter(s), the target {len(named)}: they cannot be compared"
             )
+        if named and not ref_named:
+            # A learnable Swish against F.silu: the same function at beta=1.
+            subject.reference = ignoring_params(subject.reference)
+            subject.reference_at = ", ".join(value_text(n, v) for n, v in named.items())
         subject.reference_path = reference_path
         subject.make_reference = layers_of(
             ref if is_module(ref) else as_activation(ref, ref_params, reference_path),
@@ -259,3 +266,20 @@ def build_subject(
             ref_params,
         )
     return subject
+
+
+def ignoring_params(reference: Tensors) -> Tensors:
+    """A reference without parameters called as the target is, with the target's: it takes
+    the input alone."""
+
+    def call(x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        return reference(x)
+
+    return call
+
+
+def value_text(name: str, value: torch.Tensor) -> str:
+    """`beta=1`, or for a parameter of several elements, `weight (4 values from -1 to 1)`."""
+    if value.numel() == 1:
+        return f"{name}={value.item():g}"
+    return f"{name} ({value.numel()} values from {value.min().item():g} to {value.max().item():g})"

@@ -40,12 +40,14 @@ class Verdict:
 
 
 def custom_function(job: Job) -> dict[str, Any] | None:
-    """The Function a custom job trained (an activation that is not its own reference)."""
+    """The Function a custom job trained: an activation that is not its own reference, nor one
+    of torch's own (`torch.nn.SiLU` beside `F.silu` is the built-in, not a Function to check)."""
     config = job.summary.config
     if config is None:
         return None
     activation = config["activation"]
-    if activation["target"] == activation["reference"]:
+    target = str(activation["target"])
+    if target == activation["reference"] or target.startswith("torch."):
         return None
     return {key: activation.get(key) for key in FUNCTION_KEYS}
 
