@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 
+from reluexp.functions import MyReLU
 from reluexp.lab import Status, check_function
 from reluexp.lab.compiled import NOT_COMPILED
 from tests.helpers import run_process
@@ -405,3 +406,15 @@ def test_an_item_graph_break_is_named_by_dynamos_reason_at_the_users_line(tmp_pa
     # torch's own log held (its records start `W1207 08:02:04...`); a CUDA build of torch
     # without a driver still says so as it imports.
     assert not re.search(r"^[EWI]\d{4} |Traceback", done.stderr, flags=re.M), done.stderr
+
+
+def test_eager_and_compiled_cost_are_one_finding_beside_the_reference():
+    """77.6: --compile timed the compiled Function in a finding of its own, apart from the
+    eager one; now one line, each beside its reference, in the same repetitions."""
+    report = check_function(MyReLU, torch.relu, training=False, compile=True)
+    (cost,) = [f for f in report.findings if f.group == "cost"]
+    assert re.match(
+        r"forward\+backward: \S+x the reference's time at \(64, 100\) \([^)]*\), compiled by "
+        r"inductor \S+ us at \(64, 100\), \S+x the compiled reference's \(\S+ us\)",
+        cost.detail,
+    ), cost.detail

@@ -1,14 +1,13 @@
 """The compiled world: a torch.library custom op tested as torch.library.opcheck tests it (its
 declared mutation, its fake kernel against the real output, its autograd registration), and,
 in a stage of its own that --compile (compile=True) asks for, every Function under
-torch.compile(fullgraph=True): a graph break named at the user's line, values and gradients as
-eager's, the compiled step's time beside the compiled reference's. Importing dynamo alone takes
-about a second, most of a default check's time: a default check does not compile."""
+torch.compile(fullgraph=True): a graph break named at the user's line, a failure to compile
+said as such, values and gradients as eager's (its compiled time is the cost check's, beside
+its eager one). Importing dynamo alone takes about a second, most of a default check's time: a
+default check does not compile."""
 
 import logging
 import re
-import statistics
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,8 +29,6 @@ OPCHECK = {
 }
 # Where torch and reluexp live: a graph break's line is the first of the user's code.
 LIBRARIES = (Path(torch.__file__).parent, Path(__file__).parent.parent)
-# The --compile check's name.
-COMPILED_COST = "cost: compiled forward+backward time"
 # Within this many units of the dtype of eager's values, a compiled result is eager's.
 COMPILED_UNITS = 16
 
@@ -183,37 +180,6 @@ def compiles_at_all() -> bool:
     return True
 
 
-def compiled_cost(context: Context, repetitions: int = 5) -> Finding:
-    """With --compile: forward + backward of the Function compiled by inductor (the default
-    backend: its kernels built, which takes seconds) at (64, 100) float32, beside the
-    reference compiled alike and the eager Function: does the custom Function keep the fusion
-    the built-in gets?"""
-    with torch_logs_held():
-        return compiled_step_times(context, repetitions)
-
-
-def compiled_step_times(context: Context, repetitions: int) -> Finding:
-    subject = context.subject
-    x = torch.randn(64, 100, generator=torch.Generator().manual_seed(13))
-    sides = {"compiled": torch.compile(subject.plain), "eager": subject.plain}
-    if subject.reference is not None:
-        sides["compiled reference"] = torch.compile(subject.reference)
-    times: dict[str, list[float]] = {side: [] for side in sides}
-    for fn in sides.values():  # the first call compiles
-        forward_backward(subject, fn, x.requires_grad_(), torch.ones_like(x))
-    for _ in range(repetitions):
-        for side, fn in sides.items():
-            start = time.perf_counter()
-            for _ in range(20):
-                forward_backward(subject, fn, x, torch.ones_like(x))
-            times[side].append((time.perf_counter() - start) / 20 * 1e6)
-    us = {side: statistics.median(t) for side, t in times.items()}
-    detail = ", ".join(f"{side} {value:.3g} us" for side, value in us.items())
-    if "compiled reference" in us:
-        detail += f": {us['compiled'] / us['compiled reference']:.2f}x the compiled reference's"
-    return Finding(Group.COST, COMPILED_COST, Status.INFO, f"(64, 100) float32, {detail}")
-
-
 # The finding of a check that did not compile.
 NOT_COMPILED = "not checked: --compile (compile=True) checks the Function under torch.compile"
 
@@ -226,12 +192,9 @@ def custom_op_checks(context: Context) -> list[Check]:
 
 
 def compile_checks(context: Context) -> list[Check]:
-    """With --compile: the fullgraph compile and the compiled cost; without, a line that says
-    they were not run."""
+    """With --compile: the fullgraph compile (the compiled cost is the cost check's); without,
+    a line that says it was not run."""
     if not context.options.compile:
         skipped = Finding(Group.COMPILE, "torch.compile fullgraph", Status.INFO, NOT_COMPILED)
         return [Check(Group.COMPILE, "torch.compile fullgraph", lambda: skipped)]
-    return [
-        Check(Group.COMPILE, "torch.compile fullgraph", lambda: compiled(context), Status.INFO),
-        Check(Group.COST, COMPILED_COST, lambda: compiled_cost(context), Status.UNSUPPORTED),
-    ]
+    return [Check(Group.COMPILE, "torch.compile fullgraph", lambda: compiled(context), Status.INFO)]

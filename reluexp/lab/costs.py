@@ -1,6 +1,6 @@
 """What the Function supports and costs, never fatal: torch.func.vmap, the bytes it saves for
-backward, and its forward + backward time against the reference's (or alone). torch.compile
-is lab/compiled.py's."""
+backward, and its forward + backward time against the reference's (or alone), eager and, with
+--compile, compiled. Whether it compiles at all is lab/compiled.py's."""
 
 import statistics
 import time
@@ -11,6 +11,7 @@ import torch
 
 from reluexp._compat import import_dynamo_outside_vmap
 from reluexp.lab.calls import UserError, forward_backward, raised, users_code
+from reluexp.lab.compiled import torch_logs_held
 from reluexp.lab.context import Check, Context, Learnt
 from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.subject import Subject, Tensors
@@ -99,8 +100,10 @@ def step_time(fn: Tensors, subject: Subject, x: torch.Tensor, calls: int) -> flo
 def cost_checks(context: Context, repetitions: int = 5) -> list[Check]:
     """Forward + backward time, alternating repetitions, medians: at one element (what a call
     costs beyond its kernels) and at the experiment's hidden layer, with --large at (2048,
-    2048); against the reference where there is one. A spread over half the median is
-    flagged as noise."""
+    2048); against the reference where there is one; with --compile, at the hidden layer, the
+    Function and its reference compiled by inductor too, in the same repetitions (their
+    kernels built first, which takes seconds). A spread over half the median is flagged as
+    noise."""
     subject, name = context.subject, "cost: forward+backward time"
     sizes = {"(1,)": (1,), "(64, 100)": (64, 100)} | (
         {"(2048, 2048)": (2048, 2048)} if context.options.large else {}
@@ -114,19 +117,25 @@ def cost_checks(context: Context, repetitions: int = 5) -> list[Check]:
         generator = torch.Generator().manual_seed(4)
         for label, shape in sizes.items():
             x = context.probe.lifted(torch.randn(shape, generator=generator))
+            sides = dict(candidates)
+            if context.options.compile and label == "(64, 100)":
+                compiled, why_not = compiled_sides(subject, x)
+                sides |= compiled
+                if why_not:
+                    report["compiled"] = why_not
             # About 5 ms of calls per repetition, whatever the size.
-            with users_code(subject):
+            with users_code(subject), torch_logs_held():
                 once = max(step_time(subject.call, subject, x, 1), 1e-6)
                 calls = max(1, min(500, int(0.005 / once)))
-                times: dict[str, list[float]] = {side: [] for side in candidates}
+                times: dict[str, list[float]] = {side: [] for side in sides}
                 for _ in range(repetitions):
-                    for side, fn in candidates.items():
+                    for side, fn in sides.items():
                         times[side].append(step_time(fn, subject, x, calls))
             report[label] = {f"{side}_us": statistics.median(t) * 1e6 for side, t in times.items()}
             report[label]["spread"] = max(
                 (max(t) - min(t)) / statistics.median(t) for t in times.values()
             )
-            if "reference" in candidates:
+            if "reference" in sides:
                 report[label]["ratio"] = (
                     report[label]["function_us"] / report[label]["reference_us"]
                 )
@@ -136,10 +145,27 @@ def cost_checks(context: Context, repetitions: int = 5) -> list[Check]:
     return [Check(Group.COST, name, check, Status.UNSUPPORTED)]
 
 
+def compiled_sides(
+    subject: Subject, x: torch.Tensor
+) -> tuple[dict[str, Callable[..., torch.Tensor]], str]:
+    """The Function and its reference compiled by inductor, each called once (which builds
+    its kernels); none, and why, where compiling the Function raises."""
+    sides = {"compiled": torch.compile(subject.plain)}
+    if subject.reference is not None:
+        sides["compiled_reference"] = torch.compile(subject.reference)
+    try:
+        with torch_logs_held():
+            for fn in sides.values():
+                step_time(fn, subject, x, 1)
+    except Exception as error:  # the Function under torch.compile: the compile check says why
+        return {}, f"not timed compiled: {raised(error)}"
+    return sides, ""
+
+
 def cost_text(report: dict[str, Any]) -> str:
     parts = []
     for size, v in report.items():
-        if size == "(1,)":
+        if size in ("(1,)", "compiled"):
             continue
         noisy = f", noisy: spread {v['spread']:.0%}" if v["spread"] > 0.5 else ""
         if "ratio" in v:
@@ -147,6 +173,16 @@ def cost_text(report: dict[str, Any]) -> str:
             parts.append(f"{v['ratio']:.2f}x the reference's time at {size} ({times})")
         else:
             parts.append(f"{v['function_us']:.3g} us at {size}{noisy}")
+        if "compiled_us" in v:
+            compiled = f"compiled by inductor {v['compiled_us']:.3g} us at {size}"
+            if "compiled_reference_us" in v:
+                ratio = v["compiled_us"] / v["compiled_reference_us"]
+                compiled += (
+                    f", {ratio:.2f}x the compiled reference's ({v['compiled_reference_us']:.3g} us)"
+                )
+            parts.append(compiled)
+    if "compiled" in report:
+        parts.append(report["compiled"])
     text = "forward+backward: " + ", ".join(parts)
     single = report.get("(1,)", {})
     if "reference_us" in single and single["function_us"] > single["reference_us"]:
