@@ -164,9 +164,10 @@ STAGES = [
     Stage("large inputs", (range_checks,)),
     Stage("every magnitude", (coverage_checks,)),
     Stage("reference", (reference_checks,)),
-    Stage("transforms, memory, cost", (transform_checks, memory_checks, cost_checks)),
     Stage("custom op", (custom_op_checks,)),
+    # Before the cost's compiled times: dynamo says a graph break's reason once a process.
     Stage("compile", (compile_checks,)),
+    Stage("transforms, memory, cost", (transform_checks, memory_checks, cost_checks)),
 ]
 
 
