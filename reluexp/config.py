@@ -20,6 +20,7 @@ from reluexp.options import (
     OptimizerConfig,
     RandomDataConfig,
     ScheduleConfig,
+    foreign_keys,
     meaning,
     own_keys,
 )
@@ -327,5 +328,8 @@ def config_from_dict(values: dict[str, Any]) -> Config:
         given = {"name": getattr(schema, group).name, **(values.get(group) or {})}
         name = names(given["name"])
         setattr(schema, group, schemas[name](name=name))
+        foreign = foreign_keys(base, given)
+        if foreign:
+            raise ConfigError(f"{group}.{foreign[0]}: no {group} option has it")
         values[group] = own_keys(base, given)
     return OmegaConf.to_object(OmegaConf.merge(schema, values))

@@ -352,6 +352,14 @@ OPTION_SCHEMAS: dict[type, tuple[type[Enum], dict[Any, type]]] = {
 }
 
 
+def foreign_keys(base: type, values: dict[str, Any]) -> list[str]:
+    """A group's keys that none of its options has (`widht`): not an older format's keys of
+    another option, a config nothing wrote."""
+    _, schemas = OPTION_SCHEMAS[base]
+    known = {option_field.name for schema in schemas.values() for option_field in fields(schema)}
+    return [key for key in values if key not in known]
+
+
 def own_keys(base: type, values: dict[str, Any]) -> dict[str, Any]:
     """A group's values (`{"name": "adam", "momentum": 0.0, ...}`) with only the keys its
     option's schema has: a config written before each option had its schema held every

@@ -740,3 +740,21 @@ def test_a_later_checkpoint_relabelled_an_older_format_is_refused_not_upgraded(t
         f"{CHECKPOINT_NAME} (format 5) has scaler, which no format 5 checkpoint has: its "
         "upgrade to format 6 cannot take it"
     )
+
+
+def test_a_stored_config_key_no_option_has_is_refused_naming_the_checkpoint(tmp_path):
+    """74.3: an unknown model key in a stored config was dropped silently and the run resumed
+    without it (an older format's keys of another option are still read and dropped)."""
+    run_dir = interrupted_run(tmp_path / "run")
+    checkpoint = torch.load(run_dir / CHECKPOINT_NAME, weights_only=True)
+    checkpoint["config"]["model"]["widht"] = 3
+    torch.save(checkpoint, run_dir / CHECKPOINT_NAME)
+    record = json.loads((run_dir / "summary.json").read_text())
+    record["config"] = checkpoint["config"]
+    (run_dir / "summary.json").write_text(json.dumps(record))
+    done = run_cli(f"resume={run_dir}", cwd=tmp_path, check=False)
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"reluexp: error: resume={run_dir}: {CHECKPOINT_NAME}'s config: model.widht: no model "
+        "option has it\n",
+    )

@@ -12,7 +12,7 @@ import torch
 
 import reluexp
 from reluexp.config import OPTION_GROUPS, ConfigError
-from reluexp.options import own_keys
+from reluexp.options import foreign_keys, own_keys
 from reluexp.record.summary import RunSummary, SummaryError
 from reluexp.record.whole import write_whole
 from reluexp.run.rundir import CHECKPOINT_NAME
@@ -90,13 +90,14 @@ def from_format_7(payload: dict[str, Any]) -> dict[str, Any]:
     """Format 7 -> 8: the config's groups keep only their option's keys (format 7's optimizer
     and schedule held every option's, those of the others at their defaults)."""
     config = field_of(payload, "config", dict)
+    groups = {group: base for group, base in OPTION_GROUPS.items() if group in config}
+    for group, base in groups.items():
+        foreign = foreign_keys(base, field_of(payload, f"config.{group}", dict))
+        if foreign:
+            raise UnreadableField(f"has config.{group}.{foreign[0]}, which no {group} option has")
     payload["config"] = {
         **config,
-        **{
-            group: own_keys(base, field_of(payload, f"config.{group}", dict))
-            for group, base in OPTION_GROUPS.items()
-            if group in config
-        },
+        **{group: own_keys(base, config[group]) for group, base in groups.items()},
     }
     return payload
 

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from reluexp.config import OPTION_GROUPS, Config, ConfigError, config_from_dict
 from reluexp.functions.targets import is_own
 from reluexp.options import DataName, ModelName
 from reluexp.record.summary import SUMMARY_NAME, RunSummary, SummaryError
 from reluexp.run.checkpoint import load_checkpoint
+from reluexp.run.rundir import CHECKPOINT_NAME
 
 
 def imported_paths(config: Config) -> dict[str, str]:
@@ -91,7 +93,11 @@ def plan_resume(
     if summary.ended:
         return ResumePlan(run_dir, summary)
     checkpoint = load_checkpoint(run_dir, summary.config)
-    config = config_from_dict(checkpoint["config"])
+    try:
+        config = config_from_dict(checkpoint["config"])
+    except (ConfigError, OmegaConfBaseException) as error:  # a stored config nothing wrote
+        said = str(error).splitlines()[0]
+        raise ConfigError(f"{where}: {CHECKPOINT_NAME}'s config: {said}") from None
     confirmations = {*confirmed, *(f"{key}={value}" for key, value in named.items())}
     unconfirmed = confirmations_needed(config, confirmations)
     if unconfirmed:
