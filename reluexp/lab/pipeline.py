@@ -191,8 +191,8 @@ def run_check(check: Check, subject: Subject) -> Learnt:
 
 
 # What `--cost` runs: what every other check relies on (the returns), then what the Function
-# saves for backward and what a forward + backward takes, compiled too with --compile.
-COST_STAGES = ("returns", "transforms, memory, cost", "compile")
+# saves for backward and what a forward + backward takes (compiled too with --compile).
+COST_STAGES = ("returns", "transforms, memory, cost")
 
 
 def run_checks(subject: Subject, experiment: Config, options: Options) -> Checked:
