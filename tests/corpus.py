@@ -777,35 +777,6 @@ class ReLUSavedInPlace(torch.autograd.Function):
         return grad_output * x.clamp_(min=0).sign_()
 
 
-class LearnableSwishFunction(torch.autograd.Function):
-    """Swish with a learnable beta, x * sigmoid(beta * x), as papers on learnable activations
-    write it: beta's gradient summed over the batch."""
-
-    @staticmethod
-    def forward(ctx, x, beta):
-        ctx.save_for_backward(x, beta)
-        return x * torch.sigmoid(beta * x)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        x, beta = ctx.saved_tensors
-        s = torch.sigmoid(beta * x)
-        grad_x = grad_output * (s + beta * x * s * (1 - s))
-        grad_beta = (grad_output * x * x * s * (1 - s)).sum().reshape(beta.shape)
-        return grad_x, grad_beta
-
-
-class LearnableSwish(torch.nn.Module):
-    """Its Module: beta a Parameter starting at 1, where it is F.silu."""
-
-    def __init__(self):
-        super().__init__()
-        self.beta = torch.nn.Parameter(torch.ones(1))
-
-    def forward(self, x):
-        return LearnableSwishFunction.apply(x, self.beta)
-
-
 class StableSoftplusRelu(torch.autograd.Function):
     """The overflow-free softplus as numerically careful code writes it, relu(x) +
     log1p(exp(-|x|)), its backward sigmoid(x): exact at 0, where the formula's relu and abs
@@ -977,6 +948,26 @@ class SwishBeta(nn.Module):
 
     def forward(self, x):
         return SwishBetaFunction.apply(x, self.beta)
+
+
+class LearnableSwishFunction(SwishBetaFunction):
+    """The same Swish, its beta gradient through s (1 - s), as papers on learnable activations
+    write it: finite everywhere."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, beta = ctx.saved_tensors
+        s = torch.sigmoid(beta * x)
+        grad_x = grad_output * (s + beta * x * s * (1 - s))
+        grad_beta = (grad_output * x * x * s * (1 - s)).sum().reshape(beta.shape)
+        return grad_x, grad_beta
+
+
+class LearnableSwish(SwishBeta):
+    """Its Module: beta a Parameter starting at 1, where it is F.silu."""
+
+    def forward(self, x):
+        return LearnableSwishFunction.apply(x, self.beta)
 
 
 # -- not elementwise, several inputs, a domain, a jump, float32 constants (lab V) ------------

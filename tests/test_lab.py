@@ -17,7 +17,7 @@ from reluexp.lab import Status, check_function, command, pipeline
 from reluexp.lab.calls import raised
 from reluexp.lab.cases import sample
 from tests import corpus
-from tests.helpers import REPO_ROOT, SHIPPED_ACTIVATIONS, run_cli, tensorboard
+from tests.helpers import REPO_ROOT, SHIPPED_ACTIVATIONS, SeedRelu, run_cli, tensorboard
 
 pytestmark = pytest.mark.compat
 
@@ -622,33 +622,15 @@ def test_the_lab_runs_on_one_thread_unless_told(monkeypatch, overrides, threads)
     assert seen == [(threads, threads)]
 
 
-MY_RELU_SOURCE = """import torch
-
-
-class MyReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, input):
-        ctx.save_for_backward(input)
-        return input.clamp(min=0)
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        (input,) = ctx.saved_tensors
-        grad_input = grad_output.clone()
-        grad_input[input < 0] = 0
-        return grad_input
-"""
-
-
 def test_what_my_function_costs_is_one_command_from_my_directory(tmp_path):
     """76.1: the answer to "what does it cost?" was a benchmark of the shipped activations
     that failed outside the repository; --cost prints the lab's memory and time findings,
     beside the reference's, and writes nothing."""
-    (tmp_path / "my_relu.py").write_text(MY_RELU_SOURCE)
+    (tmp_path / "my_relu.py").write_text(f"import torch\n\n\n{inspect.getsource(SeedRelu)}")
     done = run_cli(
         "--cost",
         "activation=custom",
-        "activation.target=my_relu.MyReLU",
+        "activation.target=my_relu.SeedRelu",
         "activation.reference=torch.relu",
         cwd=tmp_path,
         module="reluexp.check",
