@@ -1265,6 +1265,84 @@ class ArgmaxOneHot(torch.autograd.Function):
         return grad_output
 
 
+class ChannelQuant(torch.autograd.Function):
+    """A dynamic channel-wise quantizer as pytorch-quantization writes its TensorQuantFunction:
+    amax per channel of dim 1, 8 bits in a narrow range, straight through where |x| <= amax
+    (everywhere: amax is the channel's largest)."""
+
+    @staticmethod
+    def forward(ctx, inputs, num_bits=8):
+        reduce = tuple(d for d in range(inputs.dim()) if d != 1)
+        amax = inputs.detach().abs().amax(dim=reduce, keepdim=True)
+        ctx.save_for_backward(inputs, amax)
+        max_bound = 2.0 ** (num_bits - 1) - 1.0
+        scale = max_bound / amax
+        outputs = torch.clamp((inputs * scale).round_(), -max_bound, max_bound)
+        return outputs / scale
+
+    @staticmethod
+    def backward(ctx, grad_outputs):
+        inputs, amax = ctx.saved_tensors
+        zero = grad_outputs.new_zeros(1)
+        return torch.where(inputs.abs() <= amax, grad_outputs, zero), None
+
+
+class ChannelQuantDroppingItsLargest(ChannelQuant):
+    """The same, its mask strict: each channel's largest element gets no gradient."""
+
+    @staticmethod
+    def backward(ctx, grad_outputs):
+        inputs, amax = ctx.saved_tensors
+        return torch.where(inputs.abs() < amax, grad_outputs, 0.0), None
+
+
+def channel_fake_quant(x):
+    """ChannelQuant's forward by torch's own per-channel fake quantizer, which takes inputs of
+    two or more dimensions only (axis 1)."""
+    scale = (x.detach().abs().amax(dim=0) / 127).float()
+    zero_point = torch.zeros(x.shape[1], dtype=torch.int32)
+    return torch.fake_quantize_per_channel_affine(x.float(), scale, zero_point, 1, -127, 127).to(
+        x.dtype
+    )
+
+
+class PairModulus(torch.autograd.Function):
+    """The modulus of neighbouring pairs along the row (sqrt(x_i^2 + x_{i+1}^2), circular) with
+    the textbook backward, 0 where the modulus is: of tiny neighbours (float32 below 1e-19)
+    the squares underflow, the modulus is 0 and so is its gradient, where it is x_i / y_i."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.sqrt(x * x + torch.roll(x, -1, dims=-1) ** 2)
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, y = ctx.saved_tensors
+        ratio = torch.where(y > 0, grad_output / y, torch.zeros_like(y))
+        return x * ratio + x * torch.roll(ratio, 1, dims=-1)
+
+
+class PairModulusByHypot(PairModulus):
+    """The same by torch.hypot, its backward the ratios x / y (at most 1) before the upstream
+    gradient: right at every magnitude, as coarse as subnormal inputs are."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.hypot(x, torch.roll(x, -1, dims=-1))
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, y = ctx.saved_tensors
+        before = torch.roll(y, 1, dims=-1)
+        own = torch.where(y > 0, x / y, 0.0) * grad_output
+        other = torch.where(before > 0, x / before, 0.0) * torch.roll(grad_output, 1, dims=-1)
+        return own + other
+
+
 def entry(target: str, reference: str | None, *overrides: str) -> list[str]:
     named = [] if reference is None else [f"activation.reference={reference}"]
     return ["activation=custom", f"activation.target={target}", *named, *overrides]
@@ -1320,6 +1398,13 @@ CORRECT = {
     "stable_softplus_relu": entry("tests.corpus.StableSoftplusRelu", None),
     # A learnable Function against a built-in without parameters: compared at beta=1.
     "learnable_swish": entry("tests.corpus.LearnableSwish", "torch.nn.functional.silu"),
+    # 77.4: its reference refuses 1-D input; those comparisons are not made, and said.
+    "channel_quantizer": entry(
+        "tests.corpus.ChannelQuant",
+        "tests.corpus.channel_fake_quant",
+        "activation.surrogate=tests.corpus.straight_through",
+    ),
+    "pair_modulus_by_hypot": entry("tests.corpus.PairModulusByHypot", None),
     "clipped_straight_through": entry(
         "tests.corpus.ClippedStraightThrough",
         None,
@@ -1403,6 +1488,12 @@ PLANTED = {
         None,
         "activation.surrogate=tests.corpus.clipped_straight_through",
     ),
+    "channel_quantizer_dropping_its_largest": entry(
+        "tests.corpus.ChannelQuantDroppingItsLargest",
+        "tests.corpus.channel_fake_quant",
+        "activation.surrogate=tests.corpus.straight_through",
+    ),
+    "modulus_of_tiny_neighbours": entry("tests.corpus.PairModulus", None),
     "backward_writes_its_input": entry("tests.corpus.ReLUSavedInPlace", "torch.relu"),
     "overflowing_forward": entry("tests.corpus.NaiveSoftplus", "torch.nn.functional.softplus"),
     "wrong_for_large_inputs": entry("tests.corpus.WrongForLargeInputs", "torch.nn.functional.silu"),

@@ -70,6 +70,12 @@ PLANTED_LINES = {
     # 77.1: gradcheck passes both.
     "backward_writes_its_gradient": r"WRONG returns: ClippedStraightThroughInPlace\.backward "
     r"changed its incoming gradient in place",
+    # Each channel's largest element, the one a strict mask drops.
+    "channel_quantizer_dropping_its_largest": r"WRONG derivative \(64, 100\) every element: "
+    r"backward at x\[\d+, \d+\]=\S+ \(float64\): got 0\.0, declared surrogate",
+    # 77.5: neighbours whose squares underflow float32 (float64's truth holds them).
+    "modulus_of_tiny_neighbours": r"WRONG every binade float32: backward at x\[\d+, \d+\]="
+    r"\S+e-(19|[23]\d) \(float32\): got 0\.0, derivative of the forward",
     "backward_writes_its_input": r"WRONG returns: ReLUSavedInPlace\.backward changed the "
     r"forward's input in place",
     "overflowing_forward": r"FAILS AT LARGE INPUTS large inputs float32: forward at "
@@ -349,6 +355,39 @@ def test_the_shipped_spike_passes_with_a_plain_step_reference(tmp_path):
     assert code == 0, report["findings"]
     detail = finding(report, "training beside the reference")["detail"]
     assert "whose gradient is not the declared surrogate" in detail
+
+
+def test_a_reference_that_refuses_an_input_is_named_and_not_compared_there(tmp_path):
+    """77.4: torch's per-channel fake quantizer takes inputs of 2-D or more: where the lab
+    gives it 1-D ones the reference is named as what raised, the channel-wise quantizer judged
+    on its own (training beside such a reference was a lab error)."""
+    code, report = run_check(tmp_path, *corpus.CORRECT["channel_quantizer"])
+    assert code == 0, report["findings"]
+    refused = (
+        "the reference tests.corpus.channel_fake_quant raised IndexError: tuple index out of range"
+    )
+    details = {f["check"]: f["detail"] for f in report["findings"]}
+    assert details["edge 0-dim"] == f"not compared with the reference: {refused}"
+    assert details["large inputs float32"] == f"not compared with the reference: {refused}"
+    assert f"not timed at (1,) ({refused})" in details["cost: forward+backward time"]
+    assert "x the reference's time at (64, 100)" in details["cost: forward+backward time"]
+    assert details["training beside the reference"].startswith("in float32 they part at step")
+
+
+def test_a_reference_that_raises_everywhere_is_a_caveat_of_the_verdict():
+    def needs_a_gpu(x):
+        raise RuntimeError("Expected a 'cuda' device")
+
+    report = check_function(corpus.Swish, reference=needs_a_gpu, dtypes=("float64",))
+    assert report.ok
+    refused = (
+        f"the reference {needs_a_gpu.__qualname__} raised RuntimeError: Expected a 'cuda' device"
+    )
+    reference = next(f for f in report.findings if f.group == "reference")
+    assert (reference.status, reference.detail) == (Status.UNSUPPORTED, f"not compared: {refused}")
+    assert report.verdict() == (
+        f"Swish: gradients correct; {refused}: not compared there (check.md says where)"
+    )
 
 
 def test_check_function_gives_what_the_command_gives(tmp_path, capsys):

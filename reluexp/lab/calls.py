@@ -15,6 +15,11 @@ class UserError(Exception):
     """The user's Function raised, or returned what cannot be right: a finding about it."""
 
 
+class ReferenceFailed(UserError):
+    """The reference raised (a built-in written for 2-D input given a 1-D one): the comparisons
+    with it cannot run, which says nothing of the Function."""
+
+
 def describe(value: object) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)}"
@@ -54,6 +59,18 @@ def users_code(subject: Subject) -> Iterator[None]:
         raise
     except Exception as error:
         raise UserError(autograd_message(raised(error), subject.name)) from error
+
+
+@contextmanager
+def the_reference(subject: Subject) -> Iterator[None]:
+    """Around a call into the reference: what it raises is said as the reference's."""
+    try:
+        yield
+    except ReferenceFailed:
+        raise
+    except Exception as error:
+        message = str(error) if isinstance(error, UserError) else raised(error)
+        raise ReferenceFailed(f"the reference {subject.reference_path} {message}") from error
 
 
 def forward_backward(

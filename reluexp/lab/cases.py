@@ -162,6 +162,25 @@ def every_value(dtype: torch.dtype) -> torch.Tensor:
     return binades(dtype)
 
 
+def binade_rows(dtype: torch.dtype, width: int, generator: torch.Generator) -> torch.Tensor:
+    """For a Function whose outputs depend on several inputs: rows of `width` values, each row
+    one binade of the dtype, subnormals to the largest (random mantissas and signs: neighbours
+    as tiny, or as huge, together as the dtype holds), then each row's odd positions in the
+    reciprocal binade (tiny beside huge)."""
+    info = torch.finfo(dtype)
+    lowest = round(math.log2(info.smallest_normal) + math.log2(info.eps))
+    highest = math.frexp(info.max)[1] - 1  # the largest binade's exponent: 2^1023 in float64
+    exponents = torch.arange(lowest, highest + 1, dtype=torch.float64)[:, None]
+    mantissas = 1 + torch.rand(len(exponents), width, generator=generator, dtype=torch.float64)
+    signs = torch.randint(0, 2, mantissas.shape, generator=generator) * 2 - 1
+    alike = signs * torch.ldexp(mantissas, exponents)
+    mixed = alike.clone()
+    reciprocal = (-exponents).clamp(lowest, highest)
+    mixed[:, 1::2] = (signs * torch.ldexp(mantissas, reciprocal))[:, 1::2]
+    # Rounding to the dtype may carry the largest binade's mantissas past its largest value.
+    return torch.cat([alike, mixed]).clamp(-info.max, info.max).to(dtype)
+
+
 def large_values(dtype: torch.dtype) -> torch.Tensor:
     """±10, ±100, ±1e4 and a quarter of the dtype's largest value, as far as it holds them."""
     info = torch.finfo(dtype)

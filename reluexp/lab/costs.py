@@ -10,7 +10,14 @@ from typing import Any
 import torch
 
 from reluexp._compat import import_dynamo_outside_vmap
-from reluexp.lab.calls import UserError, forward_backward, raised, users_code
+from reluexp.lab.calls import (
+    ReferenceFailed,
+    UserError,
+    forward_backward,
+    raised,
+    the_reference,
+    users_code,
+)
 from reluexp.lab.compiled import torch_logs_held
 from reluexp.lab.context import Check, Context, Learnt
 from reluexp.lab.findings import Finding, Group, Status
@@ -73,7 +80,11 @@ def memory_checks(context: Context) -> list[Check]:
         total, extra = saved_bytes(subject.call, subject, x)
         detail = f"{total:g} saved, {extra:g} beyond the output"
         if subject.reference is not None:
-            total_ref, extra_ref = saved_bytes(subject.reference, subject, x)
+            try:
+                with the_reference(subject):
+                    total_ref, extra_ref = saved_bytes(subject.reference, subject, x)
+            except ReferenceFailed as error:
+                return Finding(Group.MEMORY, name, Status.INFO, f"{detail}; {error}")
             verdict = "no more than" if extra <= extra_ref else "more than"
             detail += (
                 f"; reference {total_ref:g}, {extra_ref:g} beyond the output ({verdict} the "
@@ -118,6 +129,13 @@ def cost_checks(context: Context, repetitions: int = 5) -> list[Check]:
         for label, shape in sizes.items():
             x = context.probe.lifted(torch.randn(shape, generator=generator))
             sides = dict(candidates)
+            if "reference" in sides:
+                try:
+                    with the_reference(subject):
+                        step_time(subject.reference, subject, x, 1)
+                except ReferenceFailed as error:  # a reference written for 2-D input, say
+                    del sides["reference"]
+                    report.setdefault("not timed", []).append(f"not timed at {label} ({error})")
             if context.options.compile and label == "(64, 100)":
                 compiled, why_not = compiled_sides(subject, x)
                 sides |= compiled
@@ -165,7 +183,7 @@ def compiled_sides(
 def cost_text(report: dict[str, Any]) -> str:
     parts = []
     for size, v in report.items():
-        if size in ("(1,)", "compiled"):
+        if size in ("(1,)", "compiled", "not timed"):
             continue
         noisy = f", noisy: spread {v['spread']:.0%}" if v["spread"] > 0.5 else ""
         if "ratio" in v:
@@ -183,6 +201,7 @@ def cost_text(report: dict[str, Any]) -> str:
             parts.append(compiled)
     if "compiled" in report:
         parts.append(report["compiled"])
+    parts += report.get("not timed", [])
     text = "forward+backward: " + ", ".join(parts)
     single = report.get("(1,)", {})
     if "reference_us" in single and single["function_us"] > single["reference_us"]:

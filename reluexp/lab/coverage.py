@@ -1,14 +1,16 @@
 """Coverage by construction: a pointwise Function at every finite float16 and bfloat16 value and
-at every binade of float32 and float64 (both signs, subnormals to the largest), not only where
-random, edge and large inputs happen to land. A NaN backward at tiny inputs is found here."""
+at every binade of float32 and float64 (both signs, subnormals to the largest), any other on rows
+of one binade and rows of tiny beside huge, not only where random, edge and large inputs happen
+to land. A NaN backward at tiny inputs is found here, and a modulus of tiny neighbours."""
 
 import torch
 
-from reluexp.lab.cases import every_value
+from reluexp.lab.cases import binade_rows, every_value
 from reluexp.lab.checks import compared
 from reluexp.lab.context import Check, Context
 from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.judge import LOW_PRECISION, dtype_name
+from reluexp.lab.shape import PROBE_SHAPE, Dependence, Structure
 
 # Past the large inputs the range checks try (up to 1e4), a result that overflows where the
 # truth would fit is an intermediate's overflow (x**3 in a tanh-GELU's backward past 1e103 in
@@ -23,21 +25,28 @@ def overflow(finding: Finding, why: str) -> Finding:
 
 
 def coverage_checks(context: Context) -> list[Check]:
-    """Forward and backward (upstream ones) against the truth as everywhere else (the oracle,
-    and a reference where there is one), one check per dtype: a non-finite result where the
-    truth is finite is wrong at an ordinary input, tiny ones included, and fails at large
-    ones up to ORDINARY; beyond it, and in half precision (whose range float32 intermediates
-    avoid), precision. For a pointwise Function only (each element its own input)."""
-    if not context.structure.pointwise:
-        return []
+    """Forward and backward against the truth as everywhere else (the oracle, and a reference
+    where there is one), one check per dtype: a non-finite result where the truth is finite is
+    wrong at an ordinary input, tiny ones included, and fails at large ones up to ORDINARY;
+    beyond it, and in half precision (whose range float32 intermediates avoid), precision. A
+    pointwise Function at every value or binade (upstream ones: each element its own input);
+    any other on binade_rows, oriented as its outputs depend on its inputs (a row of one
+    binade along the dim it reduces over), with a random upstream."""
     group = Group.EVERY_MAGNITUDE
+    structure = context.structure
 
     def check(name: str, x: torch.Tensor) -> Finding:
-        ordinary = x.abs() <= ORDINARY
+        if structure.pointwise:
+            ordinary = x.abs() <= ORDINARY
+            parts = [x[ordinary], x[~ordinary]]
+        else:
+            ordinary = x.abs().amax(dim=1) <= ORDINARY
+            parts = [oriented(x[ordinary], structure), oriented(x[~ordinary], structure)]
         found = []
-        for part in (x[ordinary], x[~ordinary]):
+        for part in parts:
             part = part.detach().requires_grad_()
-            found.append(compared(group, name, context, part, torch.ones_like(part)))
+            ones = torch.ones_like(part) if structure.pointwise else None
+            found.append(compared(group, name, context, part, ones))
         within, beyond = found
         if beyond.status == Status.LARGE:
             beyond = overflow(beyond, f"past |x| = {ORDINARY:g} an intermediate overflows")
@@ -46,9 +55,13 @@ def coverage_checks(context: Context) -> list[Check]:
         return min(within, beyond, key=lambda finding: finding.status)
 
     checks = []
+    generator = torch.Generator().manual_seed(11)
     for dtype in context.options.dtypes:
-        name = f"every {'value' if dtype.itemsize == 2 else 'binade'} {dtype_name(dtype)}"
-        values = every_value(dtype)
+        if structure.pointwise:
+            kind, values = "value" if dtype.itemsize == 2 else "binade", every_value(dtype)
+        else:
+            kind, values = "binade", binade_rows(dtype, PROBE_SHAPE[1], generator)
+        name = f"every {kind} {dtype_name(dtype)}"
         checks.append(
             Check(
                 group,
@@ -58,3 +71,11 @@ def coverage_checks(context: Context) -> list[Check]:
             )
         )
     return checks
+
+
+def oriented(rows: torch.Tensor, structure: Structure) -> torch.Tensor:
+    """Rows of one binade as the Function reduces: along dim 0 (a channel-wise quantizer's
+    column), transposed."""
+    if structure.kind == Dependence.ROWS and structure.dim is not None and structure.dim % 2 == 0:
+        return rows.t().contiguous()
+    return rows

@@ -8,7 +8,13 @@ from typing import Any
 
 import torch
 
-from reluexp.lab.calls import autograd_message, forward_backward, raised
+from reluexp.lab.calls import (
+    ReferenceFailed,
+    autograd_message,
+    forward_backward,
+    raised,
+    the_reference,
+)
 from reluexp.lab.cases import KINK_RANGE, Kink
 from reluexp.lab.findings import Report
 from reluexp.lab.oracle import Oracle
@@ -20,7 +26,7 @@ from reluexp.record.whole import write_json, write_whole
 
 def curves(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> dict[str, torch.Tensor]:
     """The curves of the picture, in float64 over the range the kinks call for (inside the
-    domain)."""
+    domain); the reference's where it takes the grid (one written for 2-D input may not)."""
     reach = min(max([6.0, *(1.5 * abs(k.x) for k in kinks)]), KINK_RANGE)
     grid = torch.linspace(*oracle.domain.inner(reach), 2001, dtype=torch.float64)
     ones = torch.ones_like(grid)
@@ -32,9 +38,14 @@ def curves(subject: Subject, oracle: Oracle, kinks: list[Kink]) -> dict[str, tor
     if oracle_grads[0] is not None:
         found["oracle"] = oracle_grads[0]
     if subject.reference is not None:
-        found["reference"], (found["reference backward"], *_), _ = forward_backward(
-            subject, subject.reference, grid, ones
-        )
+        try:
+            with the_reference(subject):
+                reference, (reference_backward, *_), _ = forward_backward(
+                    subject, subject.reference, grid, ones
+                )
+            found["reference"], found["reference backward"] = reference, reference_backward
+        except ReferenceFailed:
+            pass  # the findings say where the reference could not be compared
     return found
 
 

@@ -70,9 +70,10 @@ class Judged:
 @dataclass(frozen=True)
 class Ground:
     """What is known of each element's input: the scale its rounding is relative to, the
-    magnitude of the input it came from, where a finite difference is only a convention (a
-    kink, a step's jump, a rounding crossing), and where the function has no value to be
-    right about (a non-finite input, off its domain: there any result is a convention)."""
+    magnitude of the largest input it came from (its row's, for a softmax), where a finite
+    difference is only a convention (a kink, a step's jump, a rounding crossing), and where the
+    function has no value to be right about (a non-finite input, off its domain: there any
+    result is a convention)."""
 
     scale: torch.Tensor
     size: torch.Tensor
@@ -98,7 +99,8 @@ def judge(
     result, within PRECISION_UNITS of float32's (a float32 constant or intermediate in float64
     math: precision, not a wrong formula). Non-finite where the truth is finite and fits the
     dtype: fails at large inputs, is wrong at an ordinary input, and near the dtype's range is
-    precision (`size`: the magnitude of the input each element came from). At a convention
+    precision (`size`: the magnitude of the largest input each element came from); where all
+    of those are subnormal, a finite deviation is precision at worst. At a convention
     element a finite difference is a convention, and a non-finite result where the truth is
     finite is judged as anywhere; where the function is undefined any result is a
     convention."""
@@ -132,6 +134,10 @@ def judge(
     # What a float32 constant or intermediate can explain in float64 math.
     explainable = max(eps, torch.finfo(torch.float32).eps) + truth.error
     close = err <= allowance + PRECISION_UNITS * explainable * (magnitude + scale)
+    # Subnormal inputs carry fewer digits than the dtype's precision: a ratio of them (x / y of
+    # a modulus of subnormal neighbours, as torch.hypot's own backward makes it) is as coarse.
+    subnormal = (size > 0) & (size < info.smallest_normal)
+    close |= subnormal
     # Near the range: the input, or the true result (x**7 of a Legendre polynomial at 23.6 in
     # float16, whose result fits where x**7 does not).
     large = size >= LARGE_INPUT
@@ -190,7 +196,9 @@ def judge(
                 f": {units:.0f} units of {dtype_name(computed_in)}{beyond} there "
                 f"({int(less_precise.sum())} of {mask.numel()} elements less precise)"
             )
-            if low_precision:
+            if subnormal[index]:
+                note += "; its inputs are subnormal, with fewer digits than the dtype carries"
+            elif low_precision:
                 note += "; the built-ins compute in float32: compute in float32, cast back"
             elif eps < torch.finfo(torch.float32).eps and not bool(
                 (err <= allowance + PRECISION_UNITS * lax)[index]

@@ -188,7 +188,12 @@ class Oracle:
         if differences is not None:
             by_differences, halved = differences
             # A stencil of subnormal steps (a kink a few subnormals away) resolves nothing.
-            normal_steps = steps_for(x, self.kinks) >= FD_SMALLEST_STEP
+            steps = steps_for(x, self.kinks)
+            normal_steps = steps >= FD_SMALLEST_STEP
+            if not self.structure.pointwise:
+                # Kinks are looked for only in a forward the same at every element: here a
+                # stencil across 0, the likeliest kink (a ReLU unit's), may straddle one.
+                normal_steps &= (x == 0) | (x.abs() > 2 * steps)
             trusted = resolved(by_differences, halved, x, grad_output) & x.isfinite()
             trusted &= normal_steps
             scale = by_differences.abs() + grad_output.abs() * x.abs().clamp(min=1.0)

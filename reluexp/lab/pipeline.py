@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from reluexp.config import Config, ConfigError
-from reluexp.lab.calls import UserError, raised, users_code
+from reluexp.lab.calls import ReferenceFailed, UserError, raised, users_code
 from reluexp.lab.cases import Kink, find_kinks
 from reluexp.lab.checks import (
     double_backward_checks,
@@ -180,6 +180,9 @@ def run_check(check: Check, subject: Subject) -> Learnt:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             done = check.run()
+    except ReferenceFailed as error:  # no finding about the Function: its comparison not made
+        finding = Finding(check.group, check.name, Status.UNSUPPORTED, f"not compared: {error}")
+        return Learnt([finding], caveats=[f"{error}: not compared there (check.md says where)"])
     except UserError as error:
         return Learnt([Finding(check.group, check.name, check.raise_means, str(error))])
     except Exception as error:
@@ -213,7 +216,7 @@ def run_checks(subject: Subject, experiment: Config, options: Options) -> Checke
                     report.findings.extend(learnt.findings)
                     report.facts |= learnt.facts
                     report.notes.extend(learnt.notes)
-                    report.caveats.extend(learnt.caveats)
+                    report.caveats.extend(c for c in learnt.caveats if c not in report.caveats)
                     context = learnt.context.applied(context)
                     if check.needed and any(
                         f.status not in (Status.PASS, Status.INFO) for f in learnt.findings

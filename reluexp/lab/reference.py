@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from reluexp.lab.calls import forward_backward, users_code
+from reluexp.lab.calls import forward_backward, the_reference, users_code
 from reluexp.lab.cases import at_kinks, binades
 from reluexp.lab.context import Check, Context, Learnt
 from reluexp.lab.findings import Finding, Group, Status
@@ -42,8 +42,11 @@ def same_jump(subject: Subject, x: torch.Tensor) -> torch.Tensor:
     step = 4 * torch.finfo(torch.float32).eps * x.abs().clamp(min=torch.finfo(torch.float32).tiny)
     agree = torch.ones_like(x, dtype=torch.bool)
     for side in (x - step, x + step):
-        with torch.no_grad(), users_code(subject):
-            got, reference = subject.call(side, *subject.inputs(side)), subject.reference(side)
+        with torch.no_grad():
+            with users_code(subject):
+                got = subject.call(side, *subject.inputs(side))
+            with the_reference(subject):
+                reference = subject.reference(side)
         agree &= differences(got, reference, torch.ones_like(agree)) <= FLOAT32_UNITS
     return agree
 
@@ -75,7 +78,8 @@ def reference_checks(context: Context) -> list[Check]:
         x.requires_grad_()
         ones = torch.ones_like(x)
         y, (grad, *_), _ = forward_backward(subject, subject.call, x, ones)
-        r, (ref_grad, *_), _ = forward_backward(subject, subject.reference, x, ones)
+        with the_reference(subject):
+            r, (ref_grad, *_), _ = forward_backward(subject, subject.reference, x, ones)
         # Near the largest value of the dtype it computes in, an intermediate may overflow
         # where the result would fit (x / 0.2 in float32): precision, as judge() has it. A
         # forward whose float64 results are all float32 values computes in float32 (and casts).

@@ -74,6 +74,15 @@ class Structure:
             return mask.any(dim=self.dim % mask.dim(), keepdim=True).expand_as(mask)
         return mask.any().expand_as(mask)
 
+    def largest(self, sizes: torch.Tensor) -> torch.Tensor:
+        """The largest of `sizes` reaching each output: its own elementwise, its row's along
+        dim, all of them otherwise (a huge neighbour makes a modulus's output large)."""
+        if self.elementwise or sizes.dim() == 0 or sizes.numel() == 0:
+            return sizes
+        if self.kind == Dependence.ROWS:
+            return sizes.amax(dim=self.dim % sizes.dim(), keepdim=True).expand_as(sizes)
+        return sizes.max().expand_as(sizes)
+
 
 # Results of one function at other positions agree to this (relative): vectorized kernels round
 # a tensor's body and its tail differently.

@@ -246,7 +246,11 @@ def build_subject(
         op=obj if isinstance(obj, CUSTOM_OP_TYPES) else None,
     )
     if reference is not None:
-        reference_path = reference if isinstance(reference, str) else repr(reference)
+        reference_path = (
+            reference
+            if isinstance(reference, str)
+            else getattr(reference, "__qualname__", repr(reference))
+        )
         ref = resolved(reference, "activation.reference")
         ref_params = {**accepted(ref, params), **reference_params}
         subject.reference, ref_named = explicit(ref, ref_params, reference_path)

@@ -15,7 +15,7 @@ import torch
 
 from reluexp.config import Config, Dtype
 from reluexp.functions.targets import ActivationFactory, layers_of
-from reluexp.lab.calls import UserError, autograd_message, raised
+from reluexp.lab.calls import ReferenceFailed, UserError, autograd_message, raised, the_reference
 from reluexp.lab.cases import Kink
 from reluexp.lab.context import Check, Context, Learned, Learnt, Probe
 from reluexp.lab.findings import Finding, Group, Status
@@ -286,10 +286,10 @@ def deciding_pair(
     return Finding("training", name, Status.PASS, detail), facts, function
 
 
-def reference_follows_surrogate(subject: Subject) -> bool:
-    """The reference's own gradient is the declared surrogate (a straight-through reference):
-    then the two train alike, and are compared."""
-    grid = torch.linspace(-10.0, 10.0, 2001, dtype=torch.float64).requires_grad_()
+def reference_follows_surrogate(subject: Subject, x: torch.Tensor) -> bool:
+    """The reference's own gradient at x is the declared surrogate (a straight-through
+    reference): then the two train alike, and are compared."""
+    grid = x.detach().requires_grad_()
     y = subject.reference(grid, *subject.inputs(grid))
     if not y.requires_grad:
         return False
@@ -300,9 +300,11 @@ def reference_follows_surrogate(subject: Subject) -> bool:
 
 
 def reference_pair(
-    config: Config, subject: Subject, function32: Side, steps: int
+    config: Config, subject: Subject, function32: Side, steps: int, grid: torch.Tensor
 ) -> tuple[Finding, dict[str, Any]]:
-    """Information: where the Function's float32 run parts from its reference's, and why."""
+    """Information: where the Function's float32 run parts from its reference's, and why (with
+    a declared surrogate, only a reference that follows it on the grid); a reference that
+    raises is not trained beside, and said."""
     name = "training beside the reference"
     losses = function32.losses
     if subject.reference is None:
@@ -314,7 +316,15 @@ def reference_pair(
         return Finding(
             "training", name, Status.INFO, f"no reference to train beside; in float32 it {trained}"
         ), {}
-    if subject.surrogate is not None and not reference_follows_surrogate(subject):
+    try:
+        with the_reference(subject):
+            followed = subject.surrogate is None or reference_follows_surrogate(subject, grid)
+            reference = (
+                train_side(config, subject.make_reference, "float32", steps) if followed else None
+            )
+    except ReferenceFailed as error:
+        return Finding(Group.TRAINING, name, Status.INFO, f"not trained beside: {error}"), {}
+    if reference is None:
         return Finding(
             Group.TRAINING,
             name,
@@ -322,7 +332,6 @@ def reference_pair(
             f"in float32 it trains from {losses[0]:.4g} to {losses[-1]:.4g} in {len(losses)} "
             "steps; not compared with the reference, whose gradient is not the declared surrogate",
         ), {}
-    reference = train_side(config, subject.make_reference, "float32", steps)
     if function32.diverged_at is not None or reference.diverged_at is not None:
         return Finding(
             Group.TRAINING,
@@ -360,6 +369,15 @@ def reference_pair(
     ), facts
 
 
+def surrogate_grid(context: Context) -> torch.Tensor:
+    """Where a reference is asked whether its gradient is the declared surrogate: [-10, 10],
+    or for a Function that is not the same at every element, an input of the experiment's
+    shape (a channel-wise quantizer's reference may take 2-D inputs only)."""
+    if context.structure.pointwise:
+        return torch.linspace(-10.0, 10.0, 2001, dtype=torch.float64)
+    return context.sample((64, 100), torch.Generator().manual_seed(7))
+
+
 def training_checks(context: Context) -> list[Check]:
     """Both pairs (with training on), and the experiment's pre-activations they reached, for
     the large-input checks: at the first step, and at the float64 run's last. A run the
@@ -386,7 +404,7 @@ def training_checks(context: Context) -> list[Check]:
                 )
                 function32 = train_side(config, subject.make_activation, "float32", reference_steps)
                 informing, reference_facts = reference_pair(
-                    config, subject, function32, reference_steps
+                    config, subject, function32, reference_steps, surrogate_grid(context)
                 )
             except UserError as error:
                 detail = autograd_message(str(error), subject.name)
