@@ -18,7 +18,9 @@ apply of the Function's base class; inside them, its own path. That needs two in
 A torch.library custom op is the CustomOpDef that torch.library.custom_op returns (torch/_library/
 custom_ops.py), or an OpOverload(Packet) under torch.ops: torch exports neither class, and
 torch.library.opcheck takes only these. custom_op_types() names them; with them gone, no target
-is taken for a custom op (the compile group still compiles it as any Function).
+is taken for a custom op (the compile group still compiles it as any Function). Its arguments
+are its schema's (`_schema`, a CustomOpDef's through `_opoverload`): op_arguments() reads which
+are Tensors, so a number given for one becomes a tensor, as for a Function.
 
 torch._foreach_norm (torch/_foreach ops, what torch.nn.utils.clip_grad_norm_ calls) takes a list
 of tensors and, with dtype=torch.float64, accumulates each one's norm in float64 (the CUDA
@@ -173,3 +175,33 @@ def custom_op_types() -> tuple[type, ...]:
 
 
 CUSTOM_OP_TYPES = custom_op_types()
+
+
+class OpArgument(NamedTuple):
+    """One argument of a custom op's schema: its name, whether it is a Tensor, its default."""
+
+    name: str
+    tensor: bool
+    default: Any
+
+
+NO_DEFAULT = object()
+
+
+def op_arguments(op: object) -> list[OpArgument] | None:
+    """A custom op's arguments from its schema (`mylib::numpy_mul(Tensor x, Tensor y)`): an
+    OpOverload's `_schema`, a packet's default overload's, a CustomOpDef's `_opoverload`'s;
+    None where torch has moved them (its numbers then go to the op as they are)."""
+    overload = getattr(op, "_opoverload", None) or getattr(op, "default", None) or op
+    schema = getattr(overload, "_schema", None)
+    try:
+        return [
+            OpArgument(
+                a.name,
+                str(a.type) == "Tensor",
+                a.default_value if a.has_default_value() else NO_DEFAULT,
+            )
+            for a in schema.arguments
+        ]
+    except AttributeError:
+        return None

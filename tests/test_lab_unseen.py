@@ -12,7 +12,7 @@ import torch
 from reluexp.functions import MyReLU
 from reluexp.lab import Status, check_function
 from reluexp.lab.compiled import NOT_COMPILED
-from tests.helpers import run_process
+from tests.helpers import run_cli, run_process
 
 pytestmark = pytest.mark.compat
 
@@ -213,6 +213,48 @@ def _(x):
 
 
 wrong_fake.register_autograd(backward, setup_context=setup)
+
+
+# PyTorch's custom-op tutorial's numpy_mul, its y's gradient summed to y's shape (a number from
+# the command line is a 0-D tensor).
+@torch.library.custom_op("reluexp_unseen::numpy_mul", mutates_args=())
+def numpy_mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(x.numpy(force=True) * y.numpy(force=True)).to(x.device)
+
+
+@numpy_mul.register_fake
+def _(x, y):
+    return torch.empty_like(x)
+
+
+def setup_mul(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def backward_mul(ctx, grad):
+    x, y = ctx.saved_tensors
+    return grad * y, (grad * x).sum_to_size(y.shape)
+
+
+numpy_mul.register_autograd(backward_mul, setup_context=setup_mul)
+
+
+@torch.library.custom_op("reluexp_unseen::numpy_mul_doubled_y", mutates_args=())
+def numpy_mul_doubled_y(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(x.numpy(force=True) * y.numpy(force=True)).to(x.device)
+
+
+@numpy_mul_doubled_y.register_fake
+def _(x, y):
+    return torch.empty_like(x)
+
+
+def backward_doubled_y(ctx, grad):
+    x, y = ctx.saved_tensors
+    return grad * y, 2 * (grad * x).sum_to_size(y.shape)
+
+
+numpy_mul_doubled_y.register_autograd(backward_doubled_y, setup_context=setup_mul)
 """
 
 
@@ -311,6 +353,46 @@ def test_a_custom_op_whose_fake_kernel_is_wrong_fails_naming_it(custom_ops):
         "float32 (4, 5) input): MetadataMismatchError: "
     )
     assert "Shapes torch.Size([4, 5]) and torch.Size([4]) are not equal" in opcheck.detail
+
+
+def check_op(directory, tmp_path, name, *params):
+    return run_cli(
+        "activation=custom",
+        f"activation.target=unseen_ops.{name}",
+        *params,
+        f"hydra.run.dir={tmp_path}",
+        cwd=directory,
+        check=False,
+        module="reluexp.check",
+    )
+
+
+def test_a_custom_ops_tensor_argument_takes_a_number_as_a_functions_does(custom_ops, tmp_path):
+    """77.5: `+activation.params.y=0.5` was WRONG (`Expected a value of type 'Tensor' for
+    argument 'y'`): a number became a tensor for a Function's argument, not for a custom op's.
+    Now y is an input whose gradient is checked."""
+    _, directory = custom_ops
+    done = check_op(directory, tmp_path / "right", "numpy_mul", "+activation.params.y=0.5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith("unseen_ops.numpy_mul: gradients correct")
+    done = check_op(
+        directory, tmp_path / "doubled", "numpy_mul_doubled_y", "+activation.params.y=0.5"
+    )
+    assert done.returncode == 1
+    assert re.search(
+        r"WRONG gradcheck \(4, 5\): gradient of y at y\[\]=0\.5 \(float64\): got \S+, ",
+        done.stdout,
+    ), done.stdout
+
+
+def test_a_custom_ops_tensor_argument_given_words_is_the_users_mistake(custom_ops, tmp_path):
+    _, directory = custom_ops
+    done = check_op(directory, tmp_path, "numpy_mul", "+activation.params.y=half")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "reluexp.check: error: activation.params.y='half': expected a number or a list of "
+        "numbers (unseen_ops.numpy_mul takes a tensor there)"
+    )
 
 
 def test_the_default_check_compiles_nothing_and_says_so():

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from reluexp._compat import CUSTOM_OP_TYPES, NO_DEFAULT, op_arguments
 from reluexp.config import ConfigError
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
@@ -118,13 +119,37 @@ def is_module(obj: object) -> bool:
     return inspect.isclass(obj) and issubclass(obj, nn.Module)
 
 
+def is_custom_op(obj: object) -> bool:
+    """A torch.library custom op (or an operator under torch.ops)."""
+    return isinstance(obj, CUSTOM_OP_TYPES)
+
+
+def takes_tensor_arguments(obj: object) -> bool:
+    """Whether obj's arguments after the input go to it positionally, tensors among them: a
+    Function's (apply(x, w, b)) and a custom op's."""
+    return is_function(obj) or is_custom_op(obj) and op_arguments(obj) is not None
+
+
 def arguments_after_input(obj: object) -> list[inspect.Parameter]:
     """What obj takes besides its input: a Function's forward arguments after the input (and
-    the ctx, unless setup_context takes it), a Module's constructor arguments, a function's
-    arguments after the first. Raises TypeError or ValueError where there is no signature."""
+    the ctx, unless setup_context takes it), a custom op's schema's, a Module's constructor
+    arguments, a function's arguments after the first. Raises TypeError or ValueError where
+    there is no signature."""
     if is_function(obj):
         skip = 1 if obj.setup_context is not torch.autograd.Function.setup_context else 2
         return list(inspect.signature(obj.forward).parameters.values())[skip:]
+    if takes_tensor_arguments(obj):
+        return [
+            inspect.Parameter(
+                argument.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=inspect.Parameter.empty
+                if argument.default is NO_DEFAULT
+                else argument.default,
+                annotation=torch.Tensor if argument.tensor else inspect.Parameter.empty,
+            )
+            for argument in op_arguments(obj)[1:]
+        ]
     if is_module(obj):
         return list(inspect.signature(obj.__init__).parameters.values())[1:]
     return list(inspect.signature(obj).parameters.values())[1:]
@@ -161,7 +186,12 @@ def checked_params(obj: object, params: dict[str, Any], path: str) -> tuple[Any,
             )
         if isinstance(default, bool) and not isinstance(value, bool):
             raise ConfigError(f"activation.params.{key}={value!r}: expected true or false")
-    if not is_function(obj):
+        if names[key].annotation in TENSOR_ANNOTATIONS and not tensor_like(value):
+            raise ConfigError(
+                f"activation.params.{key}={value!r}: expected a number or a list of numbers "
+                f"({path} takes a tensor there)"
+            )
+    if not takes_tensor_arguments(obj):
         return ()
     missing = [p.name for p in parameters if p.name not in params and p.default is p.empty]
     if missing:
@@ -173,11 +203,21 @@ def checked_params(obj: object, params: dict[str, Any], path: str) -> tuple[Any,
 TENSOR_ANNOTATIONS = (torch.Tensor, "torch.Tensor", "Tensor")
 
 
+def numbers(value: Any) -> bool:
+    """A number or a (nested) list of them, as a config holds a tensor's values."""
+    if isinstance(value, list | tuple):
+        return all(numbers(v) for v in value)
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def tensor_like(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) or numbers(value)
+
+
 def as_argument(parameter: inspect.Parameter, value: Any) -> Any:
     """A number or a list of them for an argument the forward annotates as a tensor: the tensor
     (a config holds no tensors)."""
-    numbers = isinstance(value, int | float | list | tuple) and not isinstance(value, bool)
-    if numbers and parameter.annotation in TENSOR_ANNOTATIONS:
+    if numbers(value) and parameter.annotation in TENSOR_ANNOTATIONS:
         return torch.tensor(value, dtype=torch.get_default_dtype())
     return value
 
@@ -244,10 +284,11 @@ def surrogate_of(obj: object, params: dict[str, Any], key: str) -> Callable | No
 def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:
     """A Function gives its `apply`, a Module class an instance, a function itself; params bound."""
     positional = checked_params(obj, params, path)
-    if is_function(obj):
+    if takes_tensor_arguments(obj):
+        call = obj.apply if is_function(obj) else obj
         if not positional:
-            return obj.apply
-        return lambda x: obj.apply(x, *positional)
+            return call
+        return lambda x: call(x, *positional)
     if is_module(obj):
         return obj(**params)
     if callable(obj):

@@ -25,6 +25,7 @@ from reluexp.functions.targets import (
     probed_in_place,
     resolved,
     surrogate_of,
+    takes_tensor_arguments,
 )
 
 Tensors = Callable[..., torch.Tensor]
@@ -88,9 +89,9 @@ def tensor_slots(arguments: tuple) -> tuple[int, ...]:
 
 def explicit(obj: object, params: dict[str, Any], path: str) -> tuple[Tensors, dict[str, Any]]:
     """obj as f(x, *tensors) and the tensor parameters that follow x: a Module's own (through
-    torch.func.functional_call), a Function's tensor arguments (apply(x, w, b): each an input
-    whose gradient is checked), none for a function. A Module instance is taken as built (a
-    copy: the caller's own is left as it is)."""
+    torch.func.functional_call), a Function's or a custom op's tensor arguments (apply(x, w,
+    b): each an input whose gradient is checked), none for a function. A Module instance is
+    taken as built (a copy: the caller's own is left as it is)."""
     if is_module(obj) or isinstance(obj, torch.nn.Module):
         module = instance_of(obj, params, path)
         named = dict(module.named_parameters())
@@ -99,14 +100,15 @@ def explicit(obj: object, params: dict[str, Any], path: str) -> tuple[Tensors, d
             return torch.func.functional_call(module, dict(zip(named, tensors)), (x,))
 
         return call, {name: p.detach().clone() for name, p in named.items()}
-    if is_function(obj):
+    if takes_tensor_arguments(obj):
         arguments = checked_params(obj, params, path)
         slots = tensor_slots(arguments)
         if slots:
             names = [p.name for p in arguments_after_input(obj)]
+            call = obj.apply if is_function(obj) else obj
 
             def apply(x: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
-                return obj.apply(x, *with_tensors(arguments, slots, tensors))
+                return call(x, *with_tensors(arguments, slots, tensors))
 
             return apply, {names[i]: arguments[i].detach().clone() for i in slots}
     return as_activation(obj, params, path), {}
