@@ -390,6 +390,22 @@ def test_a_reference_that_raises_everywhere_is_a_caveat_of_the_verdict():
     )
 
 
+def test_a_forward_that_overflows_in_float64_is_found_without_a_reference():
+    """77.5: asinh squaring its input overflows float64 past 1.34e154, where its value is 355;
+    its own float64 forward was the only truth there, and it passed. A continuous function
+    does not leap from 355 to NaN: past |x| = 1e4, as everywhere, precision, said. Near 0 its
+    finite differences at the sign's bend are extrapolated: no precision finding there."""
+    report = check_function(corpus.AsinhSquaring, dtypes=("float64",), training=False)
+    found = next(f for f in report.findings if f.check == "every binade float64")
+    assert found.status == Status.PRECISION
+    assert re.fullmatch(
+        r"forward at x\[\d+\]=1\.3407807929942597e\+154 \(float64\): got nan, the forward's "
+        r"value at x=1\.00559e\+154 just below it 355\.2968\d+ \(past \|x\| = 10000 an "
+        r"intermediate overflows, where the result would fit\)",
+        found.detail,
+    ), found.detail
+
+
 def test_check_function_gives_what_the_command_gives(tmp_path, capsys):
     """From the user's own test suite: objects or dotted paths, nothing written."""
     report = check_function(corpus.DoubledSwish, reference=torch.nn.functional.silu)

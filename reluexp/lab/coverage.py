@@ -3,14 +3,18 @@ at every binade of float32 and float64 (both signs, subnormals to the largest), 
 of one binade and rows of tiny beside huge, not only where random, edge and large inputs happen
 to land. A NaN backward at tiny inputs is found here, and a modulus of tiny neighbours."""
 
+import math
+
 import torch
 
+from reluexp.lab.calls import users_code
 from reluexp.lab.cases import binade_rows, every_value
 from reluexp.lab.checks import compared
 from reluexp.lab.context import Check, Context
-from reluexp.lab.findings import Finding, Group, Status
+from reluexp.lab.findings import Finding, Group, Location, Status
 from reluexp.lab.judge import LOW_PRECISION, dtype_name
 from reluexp.lab.shape import PROBE_SHAPE, Dependence, Structure
+from reluexp.lab.subject import Subject
 
 # Past the large inputs the range checks try (up to 1e4), a result that overflows where the
 # truth would fit is an intermediate's overflow (x**3 in a tanh-GELU's backward past 1e103 in
@@ -48,6 +52,8 @@ def coverage_checks(context: Context) -> list[Check]:
             ones = torch.ones_like(part) if structure.pointwise else None
             found.append(compared(group, name, context, part, ones))
         within, beyond = found
+        if structure.pointwise and beyond.status == Status.PASS:
+            beyond = overflow_jump(context.subject, name, x) or beyond
         if beyond.status == Status.LARGE:
             beyond = overflow(beyond, f"past |x| = {ORDINARY:g} an intermediate overflows")
         if within.status == Status.LARGE and x.dtype in LOW_PRECISION:
@@ -71,6 +77,35 @@ def coverage_checks(context: Context) -> list[Check]:
             )
         )
     return checks
+
+
+def overflow_jump(subject: Subject, name: str, x: torch.Tensor) -> Finding | None:
+    """Where the forward turns non-finite right past a finite value far below the dtype's
+    largest, it overflowed: a continuous function does not leap from 355 to inf (asinh as
+    log(x + sqrt(1 + x^2)) at 1.34e154 in float64, where no float64 truth can say so). At the
+    first such input, by size, as fails at large inputs (the range checks' finding: past
+    ORDINARY, coverage_checks makes it precision)."""
+    with users_code(subject):
+        y = subject.forward(x).double()
+    far_below = math.sqrt(torch.finfo(x.dtype).max)
+    for side in (x > 0, x < 0):
+        where = side.nonzero().flatten()[x[side].double().abs().argsort()]
+        values = y[where]
+        jumps = ~values[1:].isfinite() & values[:-1].isfinite() & (values[:-1].abs() < far_below)
+        if jumps.any():
+            before, at = where[int(jumps.nonzero()[0])], where[int(jumps.nonzero()[0]) + 1]
+            location = Location(
+                "forward",
+                "x",
+                (int(at),),
+                x[at].item(),
+                dtype_name(x.dtype),
+                y[at].item(),
+                y[before].item(),
+                f"the forward's value at x={x[before].item():.6g} just below it",
+            )
+            return Finding(Group.EVERY_MAGNITUDE, name, Status.LARGE, location.text(), location)
+    return None
 
 
 def oriented(rows: torch.Tensor, structure: Structure) -> torch.Tensor:
