@@ -1359,6 +1359,26 @@ class AsinhSquaring(torch.autograd.Function):
         return grad_output / torch.sqrt(1 + x * x)
 
 
+class SafeLog(torch.autograd.Function):
+    """Pyro's safe_log: torch.log, its gradient clamped to at most 1 / eps of the input's dtype
+    (pyro/ops/special.py)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.log()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad / x.clamp(min=torch.finfo(x.dtype).eps)
+
+
+def safe_log_derivative(x):
+    """The surrogate it declares, per dtype as it is computed: 1 / max(x, eps)."""
+    return 1 / x.clamp(min=torch.finfo(x.dtype).eps)
+
+
 def entry(target: str, reference: str | None, *overrides: str) -> list[str]:
     named = [] if reference is None else [f"activation.reference={reference}"]
     return ["activation=custom", f"activation.target={target}", *named, *overrides]
@@ -1419,6 +1439,12 @@ CORRECT = {
         "tests.corpus.ChannelQuant",
         "tests.corpus.channel_fake_quant",
         "activation.surrogate=tests.corpus.straight_through",
+    ),
+    # 77.5: a surrogate whose clamp depends on the dtype, evaluated in the input's.
+    "pyro_safe_log": entry(
+        "tests.corpus.SafeLog",
+        "torch.log",
+        "activation.surrogate=tests.corpus.safe_log_derivative",
     ),
     "pair_modulus_by_hypot": entry("tests.corpus.PairModulusByHypot", None),
     "clipped_straight_through": entry(

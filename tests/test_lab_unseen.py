@@ -324,6 +324,39 @@ class ScaledByItsMaximum(torch.autograd.Function):
         return grad_output * (x > 0)
 
 
+class ThirdInFloat32(torch.autograd.Function):
+    """x / 3 computed in float32 whatever the input (a quantizer's scale, say); compiled, it
+    multiplies by a third instead, as inductor may: the two differ by float32 rounding."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x32 = x.float()
+        third = x32 * (1 / 3) if torch.compiler.is_compiling() else x32 / 3
+        return third.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return (grad_output.float() / 3).to(grad_output.dtype)
+
+
+class ThirdOffByAPercent(ThirdInFloat32):
+    """Its backward a percent off: beyond what finite differences of a float32 forward carry."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return (grad_output.float() / 2.97).to(grad_output.dtype)
+
+
+class ThirdOffWhenCompiled(ThirdInFloat32):
+    """Compiled, a factor a thousandth off: beyond any rounding."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x32 = x.float()
+        third = x32 * (1.001 / 3) if torch.compiler.is_compiling() else x32 / 3
+        return third.to(x.dtype)
+
+
 def compile_findings(report):
     return {f.check: f for f in report.findings if f.group == "compile"}
 
@@ -460,6 +493,28 @@ def test_a_function_that_fails_under_compile_is_unsupported_not_a_graph_break(ca
     assert found.detail.endswith("compile=true training fails on it; it runs in eager")
     assert report.ok  # eager, its gradients are right
     assert capfd.readouterr().err == ""  # torch's own log held
+
+
+def test_a_function_computing_in_float32_is_judged_in_float32_compiled_or_not():
+    """77.5: a Function computing in float32 was wrong under fullgraph for a float32 rounding
+    against eager, judged at float64's though its float64 input computes in float32. Its float64
+    results being float32 values says so."""
+    report = check_function(ThirdInFloat32, training=False, compile=True)
+    assert compile_findings(report)["torch.compile fullgraph"].status == Status.PASS
+    # Its float32 rounding is not taken for kinks (a staircase to a float64 grid: 1,500 of
+    # them took 90 s), nor its finite differences' noise for a wrong backward.
+    kinks = next(f for f in report.findings if f.check == "kinks of the forward")
+    assert kinks.detail == "none"
+    assert report.ok, str(report)
+    wrong = check_function(ThirdOffByAPercent, training=False, dtypes=("float64",))
+    assert not wrong.ok, str(wrong)
+    found = compile_findings(check_function(ThirdOffWhenCompiled, training=False, compile=True))
+    assert found["torch.compile fullgraph"].status == Status.WRONG
+    assert re.fullmatch(
+        r"compiled, its forward differs from eager's by up to \S+ \(float32 \(64, 100\)\): "
+        r"beyond float32 rounding",
+        found["torch.compile fullgraph"].detail,
+    )
 
 
 def test_an_item_graph_break_is_named_by_dynamos_reason_at_the_users_line(tmp_path):

@@ -17,6 +17,9 @@ GRID_POINTS = 20001
 # A slope change this many times the neighbouring ones is a kink (a smooth curve's changes
 # by about as much from one place to the next): small kinks, as a Pade unit's |Q(x)| at 0 makes.
 BEND_FACTOR = 4.0
+# Units of the dtype a forward computes in (of its largest value on the grid) that a jump or a
+# change of slope over the grid must pass to be a step or a kink, not rounding.
+ROUNDING_SPIKE = 64
 
 
 @dataclass(frozen=True)
@@ -29,14 +32,17 @@ class Kink:
     step: bool = False
 
 
-def spikes(series: torch.Tensor, apart: int = 1, factor: float = 10.0) -> list[int]:
-    """Positions where the series is `factor` times larger than `apart` places on either side:
-    a smooth series changes little from one grid step to the next."""
+def spikes(
+    series: torch.Tensor, apart: int = 1, factor: float = 10.0, floor: float = 1e-9
+) -> list[int]:
+    """Positions where the series is `factor` times larger than `apart` places on either side,
+    and above `floor` (rounding): a smooth series changes little from one grid step to the
+    next."""
     size = series.abs().nan_to_num(nan=0.0)
     pad = torch.nn.functional.pad
     around = torch.maximum(pad(size[:-apart], (apart, 0)), pad(size[apart:], (0, apart)))
-    floor = torch.full_like(size, 1e-9)
-    return (size > torch.maximum(factor * around, floor)).nonzero().flatten().tolist()
+    floor_ = torch.full_like(size, floor)
+    return (size > torch.maximum(factor * around, floor_)).nonzero().flatten().tolist()
 
 
 def refine(value: Callable[[float], float], a: float, b: float) -> float:
@@ -57,14 +63,19 @@ def refine(value: Callable[[float], float], a: float, b: float) -> float:
     return rounded if abs(rounded - b) < 1e-6 * max(1.0, abs(b)) else b
 
 
-def find_kinks(subject: Subject, domain: Domain) -> list[Kink]:
+def find_kinks(
+    subject: Subject, domain: Domain, computed_in: torch.dtype = torch.float64
+) -> list[Kink]:
     """The forward's kinks in [-KINK_RANGE, KINK_RANGE] (inside the domain), from its float64
     values on a fine grid: a step where its value jumps between neighbouring points, a kink
-    where its slope does (over one or two intervals), each refined by bisection."""
+    where its slope does (over one or two intervals), each refined by bisection. A jump or a
+    bend within ROUNDING_SPIKE units of the dtype it computes in is its rounding (a forward in
+    float32 is a staircase of float32 values to a float64 grid)."""
     low, high = domain.inner(KINK_RANGE)
     grid = torch.linspace(low, high, GRID_POINTS, dtype=torch.float64)
     spacing = (grid[1] - grid[0]).item()
     y = subject.forward(grid).double()
+    rounding = ROUNDING_SPIKE * torch.finfo(computed_in).eps * y.abs().nan_to_num(0, 0, 0).max()
 
     def at(v: float) -> float:
         return subject.forward(torch.tensor([v], dtype=torch.float64)).double().item()
@@ -81,11 +92,16 @@ def find_kinks(subject: Subject, domain: Domain) -> list[Kink]:
     # A step inside interval i: y jumps there. A kink inside interval i: the slope changes
     # between intervals i - 1 and i + 1, which their difference two apart shows (one place, or
     # two beside each other).
-    steps = spikes(y[1:] - y[:-1])
+    steps = spikes(y[1:] - y[:-1], floor=max(1e-9, rounding.item()))
     slopes = (y[1:] - y[:-1]) / spacing
     bends = [
         i
-        for i in spikes(slopes[2:] - slopes[:-2], apart=2, factor=BEND_FACTOR)
+        for i in spikes(
+            slopes[2:] - slopes[:-2],
+            apart=2,
+            factor=BEND_FACTOR,
+            floor=max(1e-9, rounding.item() / spacing),
+        )
         if all(abs(i - s) > 4 for s in steps)
     ]
     kinks: list[Kink] = []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from reluexp.lab.calls import UserError, forward_backward, raised
+from reluexp.lab.calls import UserError, computed_in, forward_backward, raised
 from reluexp.lab.context import Check, Context, Learnt
 from reluexp.lab.findings import Finding, Group, Status
 from reluexp.lab.judge import dtype_name
@@ -159,12 +159,15 @@ def compiled_against_eager(context: Context, logged: list[str]) -> Finding | Lea
         for what, got, want in [("forward", y, eager), ("backward", grads[0], eager_grads[0])]:
             if got is None or want is None:
                 continue
-            units = COMPILED_UNITS * torch.finfo(want.dtype).eps
+            # In the dtype it computes in: a float32 kernel's rounding inside a float64 call.
+            rounding = computed_in(want.dtype, context.probe.float64_computed_in)
+            units = COMPILED_UNITS * torch.finfo(rounding).eps
             if not torch.allclose(got, want, rtol=units, atol=units, equal_nan=True):
                 apart = (got.double() - want.double()).abs().nan_to_num(nan=float("inf")).max()
                 detail = (
                     f"compiled, its {what} differs from eager's by up to {apart.item():.3g} "
-                    f"({dtype_name(dtype)} {tuple(x.shape)}): beyond rounding"
+                    f"({dtype_name(dtype)} {tuple(x.shape)}): beyond {dtype_name(rounding)} "
+                    "rounding"
                 )
                 return Finding(Group.COMPILE, name, Status.WRONG, detail)
     return Finding(Group.COMPILE, name, Status.PASS)

@@ -14,8 +14,11 @@ from reluexp.lab.subject import Subject
 # (between 1 and 10), ~1e-12 of a smooth derivative; the checks keep inputs 0.05 from kinks.
 FD_STEP = 1e-3
 FD_RELATIVE_FROM = 1e6
-# What finite differences are trusted to, relative to the inputs' scale.
+# What finite differences are trusted to, relative to the inputs' scale, of a forward computed
+# in float64; of one that rounds to float32 inside (and casts back), FD_ROUNDING units of its
+# rounding over the step.
 FD_ERROR = 1e-9
+FD_ROUNDING = 8
 # A parameter's step, relative to its size (at least 1).
 FD_PARAM_STEP = 1e-6
 # Parameters of more elements than this are not differenced element by element.
@@ -125,18 +128,20 @@ def finite_differences(
     grad_output: torch.Tensor,
     kinks: list[Kink],
     structure: Structure,
+    error: float = FD_ERROR,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The vector-Jacobian product by finite differences, with the step and with half of it:
     where the two agree the stretch is smooth and resolved. Where they do not (a kink the
     stencil straddles: where a sparsemax's support changes, unknown in advance), the step is
-    halved again there, up to FD_REFINEMENTS times. None where they are not taken."""
+    halved again there, up to FD_REFINEMENTS times; agreeing to `error` (fd_error's). None
+    where they are not taken."""
     h = steps_for(x, kinks)
     whole = vjp_by_differences(forward, x, grad_output, h, structure)
     if whole is None:
         return None
     halved = vjp_by_differences(forward, x, grad_output, h / 2, structure)
     for _ in range(FD_REFINEMENTS):
-        unresolved = ~resolved(whole, halved, x, grad_output)
+        unresolved = ~resolved(whole, halved, x, grad_output, error)
         if not unresolved.any():
             break
         h = torch.where(unresolved, h / 2, h)
@@ -146,13 +151,22 @@ def finite_differences(
     return whole, halved
 
 
+def fd_error(computed_in: torch.dtype) -> float:
+    """What finite differences of a forward computing in this dtype are trusted to."""
+    return max(FD_ERROR, FD_ROUNDING * torch.finfo(computed_in).eps / FD_STEP)
+
+
 def resolved(
-    whole: torch.Tensor, halved: torch.Tensor, x: torch.Tensor, grad_output: torch.Tensor
+    whole: torch.Tensor,
+    halved: torch.Tensor,
+    x: torch.Tensor,
+    grad_output: torch.Tensor,
+    error: float = FD_ERROR,
 ) -> torch.Tensor:
-    """Where finite differences with a step and with half of it agree, to FD_ERROR of the
+    """Where finite differences with a step and with half of it agree, to `error` of the
     scale: no kink within the stencil."""
     scale = whole.abs() + grad_output.abs() * x.abs().clamp(min=1.0)
-    return ((whole - halved).abs() <= FD_ERROR * scale) | ~x.isfinite()
+    return ((whole - halved).abs() <= error * scale) | ~x.isfinite()
 
 
 def finite_difference_params(

@@ -67,14 +67,14 @@ def draw_check(subject: Subject, oracle: Oracle, kinks: list[Kink], title: str) 
             alpha=0.5,
             label="reference's derivative",
         )
-    top.plot(grid, c["forward"], color="tab:blue", linewidth=1.2, label=subject.name)
+    # matplotlib leaves out of the legend a label that starts with "_" (Pyro's _SafeLog).
+    name = f" {subject.name}" if subject.name.startswith("_") else subject.name
+    top.plot(grid, c["forward"], color="tab:blue", linewidth=1.2, label=name)
     if "oracle" in c:
         bottom.plot(
             grid, c["oracle"], color="tab:green", linewidth=3, alpha=0.4, label=oracle.expected_as
         )
-    bottom.plot(
-        grid, c["backward"], color="tab:blue", linewidth=1.2, label=f"{subject.name}.backward"
-    )
+    bottom.plot(grid, c["backward"], color="tab:blue", linewidth=1.2, label=f"{name}.backward")
     away = torch.ones_like(grid, dtype=torch.bool)
     for kink in kinks:
         away &= (grid - kink.x).abs() > 2 * (grid[1] - grid[0])

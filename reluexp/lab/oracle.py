@@ -13,8 +13,8 @@ import torch
 
 from reluexp.lab.cases import Kink, at_kinks
 from reluexp.lab.differences import (
-    FD_ERROR,
     FD_SMALLEST_STEP,
+    fd_error,
     finite_difference_params,
     finite_differences,
     resolved,
@@ -106,10 +106,18 @@ class Oracle:
     structure: Structure = Structure()
     # Where the truth is known: outside it, whatever the Function returns is a convention.
     domain: Domain = Domain()
+    # The dtype its forward computes in for a float64 input (float32, cast back, for some):
+    # what its finite differences carry.
+    computed_in: torch.dtype = torch.float64
 
     @property
     def error(self) -> float:
-        return FD_ERROR if self.kind == OracleKind.FINITE_DIFFERENCES else 0.0
+        return fd_error(self.computed_in) if self.kind == OracleKind.FINITE_DIFFERENCES else 0.0
+
+    @property
+    def fd_error(self) -> float:
+        """What its finite differences are trusted to, whichever the oracle."""
+        return fd_error(self.computed_in)
 
     @property
     def formula(self) -> str:
@@ -140,7 +148,12 @@ class Oracle:
             ]
         differences = (
             finite_differences(
-                self.forward(params), x.detach(), grad_output, self.kinks, self.structure
+                self.forward(params),
+                x.detach(),
+                grad_output,
+                self.kinks,
+                self.structure,
+                self.fd_error,
             )
             if x.dtype == torch.float64
             else None
@@ -169,13 +182,13 @@ class Oracle:
         ):
             return self.grads(x, grad_output, params), replaced, uncertainty
         differences = finite_differences(
-            self.forward(params), x.detach(), grad_output, self.kinks, self.structure
+            self.forward(params), x.detach(), grad_output, self.kinks, self.structure, self.fd_error
         )
         if self.kind == OracleKind.FINITE_DIFFERENCES:
             if differences is None:
                 return [None] * (1 + len(params)), replaced, uncertainty
             by_differences, halved = differences
-            unknown = ~resolved(by_differences, halved, x, grad_output)
+            unknown = ~resolved(by_differences, halved, x, grad_output, self.fd_error)
             unknown |= steps_for(x, self.kinks) < FD_SMALLEST_STEP
             noise = rounding_of_differences(self, x, grad_output, params)
             uncertainty = torch.where(unknown, math.inf, noise)
@@ -194,7 +207,8 @@ class Oracle:
                 # Kinks are looked for only in a forward the same at every element: here a
                 # stencil across 0, the likeliest kink (a ReLU unit's), may straddle one.
                 normal_steps &= (x == 0) | (x.abs() > 2 * steps)
-            trusted = resolved(by_differences, halved, x, grad_output) & x.isfinite()
+            trusted = resolved(by_differences, halved, x, grad_output, self.fd_error)
+            trusted &= x.isfinite()
             trusted &= normal_steps
             scale = by_differences.abs() + grad_output.abs() * x.abs().clamp(min=1.0)
             # Also where autograd's formula is not finite and the differences are (0/0 where
@@ -225,7 +239,7 @@ def rounding_of_differences(
     a step of 0.01 entirely), every output for a general Function."""
     with torch.no_grad():
         y = oracle.forward(params)(x).double()
-    moved = 1.5 * torch.finfo(torch.float64).eps * (grad_output.abs() * y.abs()).nan_to_num()
+    moved = 1.5 * torch.finfo(oracle.computed_in).eps * (grad_output.abs() * y.abs()).nan_to_num()
     structure = oracle.structure
     if structure.kind == Dependence.ROWS and x.dim() > 0:
         moved = moved.sum(dim=structure.dim % x.dim(), keepdim=True).expand_as(x)
@@ -235,7 +249,12 @@ def rounding_of_differences(
 
 
 def choose_oracle(
-    subject: Subject, x: torch.Tensor, kinks: list[Kink], structure: Structure, domain: Domain
+    subject: Subject,
+    x: torch.Tensor,
+    kinks: list[Kink],
+    structure: Structure,
+    domain: Domain,
+    computed_in: torch.dtype = torch.float64,
 ) -> Oracle:
     """The surrogate where one is declared; else autograd through a Function's forward where
     that is the same function and autograd follows it there (its derivative passes gradcheck
@@ -252,6 +271,7 @@ def choose_oracle(
             kinks,
             structure,
             domain,
+            computed_in,
         )
     fallback = "finite differences of the forward"
     if subject.function is None:
@@ -271,6 +291,7 @@ def choose_oracle(
                 kinks,
                 structure,
                 domain,
+                computed_in,
             )
     return Oracle(
         OracleKind.FINITE_DIFFERENCES,
@@ -281,6 +302,7 @@ def choose_oracle(
         kinks,
         structure,
         domain,
+        computed_in,
     )
 
 

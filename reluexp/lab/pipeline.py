@@ -77,7 +77,7 @@ def structure_checks(context: Context) -> list[Check]:
     def check() -> Learnt:
         samples = [context.sample((4, 6), torch.Generator().manual_seed(s)) for s in (8, 9)]
         with users_code(context.subject):
-            structure = structure_of(context.subject, samples)
+            structure = structure_of(context.subject, samples, context.probe.float64_computed_in)
         if structure.pointwise:
             return Learnt([], Learned(structure=structure))
         described = structure.describe()
@@ -119,7 +119,7 @@ def kink_search(context: Context) -> list[Check]:
             detail = "not looked for: the forward is not the same function at every element"
             return Learnt([Finding(Group.ORACLE, "kinks of the forward", Status.INFO, detail)])
         with users_code(subject):
-            found = tuple(find_kinks(subject, context.domain))
+            found = tuple(find_kinks(subject, context.domain, context.probe.float64_computed_in))
         names = ", ".join(f"{k.x:g}" + (" (a step)" if k.step else "") for k in found)
         finding = Finding(Group.ORACLE, "kinks of the forward", Status.INFO, names or "none")
         return Learnt([finding], Learned(kinks=found))
@@ -134,7 +134,12 @@ def oracle_choice(context: Context) -> list[Check]:
         x = context.sample((4, 5), torch.Generator().manual_seed(0))
         with users_code(context.subject):
             oracle = choose_oracle(
-                context.subject, x, list(context.kinks), context.structure, context.domain
+                context.subject,
+                x,
+                list(context.kinks),
+                context.structure,
+                context.domain,
+                context.probe.float64_computed_in,
             )
         return Learnt(
             [Finding(Group.ORACLE, "oracle", Status.INFO, oracle.reason)],

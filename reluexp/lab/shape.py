@@ -84,9 +84,11 @@ class Structure:
         return sizes.max().expand_as(sizes)
 
 
-# Results of one function at other positions agree to this (relative): vectorized kernels round
-# a tensor's body and its tail differently.
+# Results of one function at other positions agree to this (relative), or to SAME_UNITS of the
+# dtype it computes in (a float32 kernel inside a float64 call): vectorized kernels round a
+# tensor's body and its tail differently.
 SAME_FUNCTION = 1e-12
+SAME_UNITS = 64
 
 
 def differ(a: torch.Tensor, b: torch.Tensor, tolerance: float = 0.0) -> torch.Tensor:
@@ -109,12 +111,15 @@ def moved_by(subject: Subject, x: torch.Tensor, index: tuple[int, ...]) -> torch
     return moved
 
 
-def structure_of(subject: Subject, samples: list[torch.Tensor]) -> Structure:
+def structure_of(
+    subject: Subject, samples: list[torch.Tensor], computed_in: torch.dtype = torch.float64
+) -> Structure:
     """How the Function's outputs depend on its inputs, probed on (4, 6) float64 samples: one
     input element moved at a time, which other outputs move (its row's only, along dim -1 or
     0, or any); then, for an elementwise one, whether it is the same function at every
     position (its rows and columns shuffled, and its input flattened, its output shuffles and
-    flattens alike)."""
+    flattens alike, within the rounding of the dtype it computes in)."""
+    same = max(SAME_FUNCTION, SAME_UNITS * torch.finfo(computed_in).eps)
     coupled, same_row, same_column = False, True, True
     for x in samples:
         for index in [(0, 0), (1, 3), (2, 5), (3, 2)]:
@@ -138,7 +143,7 @@ def structure_of(subject: Subject, samples: list[torch.Tensor]) -> Structure:
         row_order = torch.randperm(x.shape[0], generator=generator)
         column_order = torch.randperm(x.shape[1], generator=generator)
         shuffled = subject.forward(x[row_order][:, column_order])
-        if differ(shuffled, y[row_order][:, column_order], SAME_FUNCTION).any():
+        if differ(shuffled, y[row_order][:, column_order], same).any():
             return Structure(Dependence.ELEMENTWISE)
         try:  # a forward that indexes rows and columns cannot take a flat input
             with users_code(subject):
@@ -147,7 +152,7 @@ def structure_of(subject: Subject, samples: list[torch.Tensor]) -> Structure:
             return Structure(Dependence.ELEMENTWISE)
         if flattened.shape != y.flatten().shape:
             return Structure(Dependence.ELEMENTWISE)
-        if differ(flattened, y.flatten(), SAME_FUNCTION).any():
+        if differ(flattened, y.flatten(), same).any():
             return Structure(Dependence.ELEMENTWISE)
     return Structure(Dependence.POINTWISE)
 
