@@ -20,7 +20,9 @@ custom_ops.py), or an OpOverload(Packet) under torch.ops: torch exports neither 
 torch.library.opcheck takes only these. custom_op_types() names them; with them gone, no target
 is taken for a custom op (the compile group still compiles it as any Function). Its arguments
 are its schema's (`_schema`, a CustomOpDef's through `_opoverload`): op_arguments() reads which
-are Tensors, so a number given for one becomes a tensor, as for a Function.
+are Tensors, so a number given for one becomes a tensor, as for a Function. vmap_fallback()
+uses torch._C._functorch's switches for vmap's fallback (an op without a batching rule): the lab
+tells such an op apart, and keeps torch's C++ warning about it off the terminal.
 
 torch._foreach_norm (torch/_foreach ops, what torch.nn.utils.clip_grad_norm_ calls) takes a list
 of tensors and, with dtype=torch.float64, accumulates each one's norm in float64 (the CUDA
@@ -32,7 +34,8 @@ torch.linalg.vector_norm with the same dtype, one per tensor.
 import importlib
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import torch
@@ -175,6 +178,40 @@ def custom_op_types() -> tuple[type, ...]:
 
 
 CUSTOM_OP_TYPES = custom_op_types()
+
+
+# What vmap raises, after the op's name, for an op without a batching rule when its fallback
+# is refused.
+VMAP_FALLBACK_REFUSED = " hit the vmap fallback which is currently disabled"
+
+
+@contextmanager
+def vmap_fallback(allowed: bool) -> Iterator[None]:
+    """torch.func.vmap's fallback for an op without a batching rule (a custom op without
+    register_vmap: a loop over the batch) allowed but silent (its C++ warning is printed to
+    stderr, past Python's warnings), or refused (such an op then raises, naming itself, ending
+    VMAP_FALLBACK_REFUSED). torch._C._functorch's switches; as torch has it where they are gone."""
+    functorch = getattr(torch._C, "_functorch", None)
+    switches = [
+        getattr(functorch, name, None)
+        for name in (
+            "_is_vmap_fallback_enabled",
+            "_set_vmap_fallback_enabled",
+            "_set_vmap_fallback_warning_enabled",
+        )
+    ]
+    if None in switches:
+        yield
+        return
+    is_enabled, set_enabled, set_warning = switches
+    before = is_enabled()
+    set_enabled(allowed)
+    set_warning(False)
+    try:
+        yield
+    finally:
+        set_enabled(before)
+        set_warning(True)
 
 
 class OpArgument(NamedTuple):

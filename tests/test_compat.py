@@ -151,3 +151,20 @@ def test_torchs_custom_op_classes_are_as_relied_on():
     # Without a fake kernel, opcheck's report (not a raise) says which test fails.
     found = torch.library.opcheck(identity, (torch.ones(2),), raise_exception=False)
     assert found["test_schema"] == "SUCCESS" and found["test_faketensor"] != "SUCCESS"
+
+
+def test_vmaps_fallback_switches_are_as_relied_on():
+    """An op without a batching rule raises, naming itself, with vmap's fallback refused, and
+    runs with it allowed (the lab says which op loops, torch's C++ warning kept off stderr)."""
+    if not hasattr(torch.library, "custom_op"):
+        pytest.skip(f"torch {torch.__version__} has no torch.library.custom_op (torch 2.4's)")
+
+    @torch.library.custom_op("reluexp_compat::looped", mutates_args=())
+    def looped(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(x.numpy(force=True) * 2)
+
+    with _compat.vmap_fallback(allowed=False), pytest.raises(RuntimeError) as refused:
+        torch.func.vmap(looped)(torch.ones(3, 2))
+    assert str(refused.value) == "reluexp_compat::looped" + _compat.VMAP_FALLBACK_REFUSED
+    with _compat.vmap_fallback(allowed=True):
+        assert torch.equal(torch.func.vmap(looped)(torch.ones(3, 2)), torch.full((3, 2), 2.0))

@@ -4,6 +4,7 @@ is NaN at tiny inputs, a quantizer that rounds in float32, a stated domain that 
 leaves. Each with and without a reference where that is the question."""
 
 import inspect
+import json
 import re
 
 import pytest
@@ -400,14 +401,23 @@ def check_op(directory, tmp_path, name, *params):
     )
 
 
-def test_a_custom_ops_tensor_argument_takes_a_number_as_a_functions_does(custom_ops, tmp_path):
+def test_a_custom_ops_tensor_argument_takes_a_number_as_a_functions_does(
+    custom_ops, tmp_path, capfd
+):
     """77.5: `+activation.params.y=0.5` was WRONG (`Expected a value of type 'Tensor' for
     argument 'y'`): a number became a tensor for a Function's argument, not for a custom op's.
-    Now y is an input whose gradient is checked."""
+    Now y is an input whose gradient is checked. vmap runs the op through its fallback, said,
+    without the C++ warning torch prints to the terminal about it."""
     _, directory = custom_ops
     done = check_op(directory, tmp_path / "right", "numpy_mul", "+activation.params.y=0.5")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith("unseen_ops.numpy_mul: gradients correct")
+    assert "BatchedFallback" not in capfd.readouterr().err
+    report = json.loads((tmp_path / "right" / "check.json").read_text())
+    (vmapped,) = [f for f in report["findings"] if f["check"] == "torch.func.vmap"]
+    assert vmapped["detail"] == (
+        "through vmap's fallback, a loop: reluexp_unseen::numpy_mul has no batching rule"
+    )
     done = check_op(
         directory, tmp_path / "doubled", "numpy_mul_doubled_y", "+activation.params.y=0.5"
     )
@@ -416,6 +426,33 @@ def test_a_custom_ops_tensor_argument_takes_a_number_as_a_functions_does(custom_
         r"WRONG gradcheck \(4, 5\): gradient of y at y\[\]=0\.5 \(float64\): got \S+, ",
         done.stdout,
     ), done.stdout
+
+
+@torch.compile(backend="eager")
+def halved(x):
+    return x / 2
+
+
+class CompiledInside(torch.autograd.Function):
+    """A Function whose forward calls a function it compiled itself: each dtype and shape the
+    lab tries recompiles it, past dynamo's recompile limit, which dynamo logs as a warning."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return halved(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output / 2
+
+
+def test_torchs_log_while_the_lab_runs_is_kept_in_the_report_not_the_terminal(capfd):
+    """77.6: a Function's own @torch.compile hit dynamo's recompile limit, five lines of
+    torch's log on stderr among the lab's."""
+    report = check_function(CompiledInside, training=False)
+    assert report.ok, str(report)
+    assert capfd.readouterr().err == ""
+    assert any("recompile_limit" in message for message in report.facts["torch_log"])
 
 
 def test_a_custom_ops_tensor_argument_given_words_is_the_users_mistake(custom_ops, tmp_path):

@@ -76,12 +76,13 @@ def opchecked(context: Context) -> Finding:
 def torch_logs_held() -> Iterator[list[str]]:
     """torch's own log records kept off the terminal while the lab compiles (one failed trace
     logs a 68-line traceback; a graph break, a warning per frame), their messages kept for
-    the finding to say what matters of them. torch gives each of its loggers a handler of its
-    own (none propagates to the root logger's), so each is held."""
+    the finding to say what matters of them (warnings and worse). torch gives each of its
+    loggers a handler of its own (none propagates to the root logger's), so each is held."""
     held: list[str] = []
 
     def hold(record: logging.LogRecord) -> bool:
-        held.append(record.getMessage())
+        if record.levelno >= logging.WARNING:  # not the structured trace's debug records
+            held.append(record.getMessage())
         return False
 
     handlers = {

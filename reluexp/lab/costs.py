@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from reluexp._compat import import_dynamo_outside_vmap
+from reluexp._compat import VMAP_FALLBACK_REFUSED, import_dynamo_outside_vmap, vmap_fallback
 from reluexp.lab.calls import (
     ReferenceFailed,
     UserError,
@@ -41,19 +41,37 @@ def transform_checks(context: Context) -> list[Check]:
         said = "" if context.options.compile else "the forward (its gradient under vmap: --compile)"
         return Finding(Group.TRANSFORMS, name, Status.PASS, said)
 
-    def vmapped() -> Finding:
-        import_dynamo_outside_vmap()
+    def under_vmap(allowed: bool) -> list[torch.Tensor]:
         params = subject.inputs(x)
-        try:
-            batched = torch.func.vmap(lambda row: plain(row, *params))(x)
+        with vmap_fallback(allowed):
+            batched = [torch.func.vmap(lambda row: plain(row, *params))(x)]
             if context.options.compile:
                 row_grad = torch.func.grad(lambda row: plain(row, *params).sum())
-                grads = torch.func.vmap(row_grad)(x)
+                batched.append(torch.func.vmap(row_grad)(x))
+        return batched
+
+    def vmapped() -> Finding:
+        """Without vmap's fallback first: an op without a batching rule is then named, and run
+        through the fallback (a loop), said."""
+        import_dynamo_outside_vmap()
+        looped = ""
+        try:
+            try:
+                batched = under_vmap(allowed=False)
+            except RuntimeError as error:
+                op, refused, _ = str(error).partition(VMAP_FALLBACK_REFUSED)
+                if not refused:
+                    raise
+                batched = under_vmap(allowed=True)
+                looped = f"through vmap's fallback, a loop: {op} has no batching rule"
         except Exception as error:
             raise UserError(raised(error)) from error
         y, (grad, *_), _ = forward_backward(subject, plain, x.requires_grad_(), torch.ones_like(x))
-        pairs = [(batched, y)] + ([(grads, grad)] if context.options.compile else [])
-        return agreement("torch.func.vmap", pairs)
+        expected = [y, grad] if context.options.compile else [y]
+        found = agreement("torch.func.vmap", list(zip(batched, expected)))
+        if looped and found.status == Status.PASS:
+            return Finding(Group.TRANSFORMS, found.check, Status.INFO, looped)
+        return found
 
     return [Check(Group.TRANSFORMS, "torch.func.vmap", vmapped, Status.UNSUPPORTED)]
 

@@ -28,7 +28,7 @@ from reluexp.lab.checks import (
     range_checks,
     returns_checks,
 )
-from reluexp.lab.compiled import compile_checks, custom_op_checks
+from reluexp.lab.compiled import compile_checks, custom_op_checks, torch_logs_held
 from reluexp.lab.context import FLOATS, Check, Context, Learned, Learnt, Options
 from reluexp.lab.costs import cost_checks, memory_checks, transform_checks
 from reluexp.lab.coverage import coverage_checks
@@ -204,6 +204,17 @@ COST_STAGES = ("returns", "transforms, memory, cost")
 
 
 def run_checks(subject: Subject, experiment: Config, options: Options) -> Checked:
+    """Every stage in order (staged()). torch's own log records (a Function's own
+    @torch.compile recompiling for each dtype) are held off the terminal and kept in
+    check.json's `torch_log`."""
+    with torch_logs_held() as logged:
+        checked = staged(subject, experiment, options)
+    if logged:
+        checked.report.facts["torch_log"] = logged
+    return checked
+
+
+def staged(subject: Subject, experiment: Config, options: Options) -> Checked:
     """Every stage in order, each check run by run_check; a needed check that does not pass
     ends the check there (what the later ones need could not be learnt). Ctrl-C raises
     Interrupted, naming the stage."""
