@@ -1379,6 +1379,19 @@ def safe_log_derivative(x):
     return 1 / x.clamp(min=torch.finfo(x.dtype).eps)
 
 
+class ScalarClampSte(torch.autograd.Function):
+    """Brevitas's ScalarClampSteFn: torch.clamp between two numbers, its gradient straight
+    through (brevitas/ops/autograd_ste_ops.py)."""
+
+    @staticmethod
+    def forward(ctx, x, min_val: float, max_val: float):
+        return torch.clamp(x, min_val, max_val)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        return grad_y, None, None
+
+
 def entry(target: str, reference: str | None, *overrides: str) -> list[str]:
     named = [] if reference is None else [f"activation.reference={reference}"]
     return ["activation=custom", f"activation.target={target}", *named, *overrides]
@@ -1445,6 +1458,16 @@ CORRECT = {
         "tests.corpus.SafeLog",
         "torch.log",
         "activation.surrogate=tests.corpus.safe_log_derivative",
+    ),
+    # torch.clamp takes min and max, not the target's min_val and max_val: it is given its own.
+    "brevitas_scalar_clamp_ste": entry(
+        "tests.corpus.ScalarClampSte",
+        "torch.clamp",
+        "activation.surrogate=tests.corpus.straight_through",
+        "+activation.params.min_val=-1.0",
+        "+activation.params.max_val=1.0",
+        "+activation.reference_params.min=-1.0",
+        "+activation.reference_params.max=1.0",
     ),
     "pair_modulus_by_hypot": entry("tests.corpus.PairModulusByHypot", None),
     "clipped_straight_through": entry(

@@ -223,11 +223,20 @@ def as_argument(parameter: inspect.Parameter, value: Any) -> Any:
 
 
 def accepted(obj: object, params: dict[str, Any]) -> dict[str, Any]:
-    """The params obj takes besides its input (all, for **kwargs or a builtin without a
-    signature): a reference or a surrogate takes the target's params it knows."""
+    """The params obj takes besides its input (all, for **kwargs; for one of torch's builtins
+    without a signature, all unless a call on a small input refuses them: torch.clamp takes
+    no min_val): a reference or a surrogate takes the target's params it knows."""
     try:
         parameters = arguments_after_input(obj)
     except (TypeError, ValueError):
+        module = getattr(obj, "__module__", None) or ""
+        if params and module.startswith("torch") and callable(obj):
+            try:
+                obj(torch.zeros(2, 2), **params)
+            except TypeError:
+                return {}
+            except Exception:  # refused for another reason: the check says what
+                pass
         return dict(params)
     return keywords_in(parameters, params)
 

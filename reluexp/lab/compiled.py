@@ -10,6 +10,7 @@ import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
@@ -72,17 +73,25 @@ def opchecked(context: Context) -> Finding:
     return Finding(Group.COMPILE, name, Status.PASS)
 
 
+# The lists of every torch_logs_held active here, outermost first: a record one holds is
+# kept in each (a handler stops at the first filter that refuses a record).
+HELD: ContextVar[tuple[list[str], ...]] = ContextVar("torch_logs_held", default=())
+
+
 @contextmanager
 def torch_logs_held() -> Iterator[list[str]]:
-    """torch's own log records kept off the terminal while the lab compiles (one failed trace
+    """torch's own log records kept off the terminal while the lab runs (one failed trace
     logs a 68-line traceback; a graph break, a warning per frame), their messages kept for
-    the finding to say what matters of them (warnings and worse). torch gives each of its
-    loggers a handler of its own (none propagates to the root logger's), so each is held."""
+    the finding to say what matters of them (warnings and worse), here and in any hold around
+    this one. torch gives each of its loggers a handler of its own (none propagates to the
+    root logger's), so each is held."""
     held: list[str] = []
+    token = HELD.set((*HELD.get(), held))
 
     def hold(record: logging.LogRecord) -> bool:
         if record.levelno >= logging.WARNING:  # not the structured trace's debug records
-            held.append(record.getMessage())
+            for kept in HELD.get():
+                kept.append(record.getMessage())
         return False
 
     handlers = {
@@ -98,6 +107,7 @@ def torch_logs_held() -> Iterator[list[str]]:
     finally:
         for handler in handlers:
             handler.removeFilter(hold)
+        HELD.reset(token)
 
 
 def fails_when_compiled(subject: Subject, x: torch.Tensor, g: torch.Tensor) -> str:
