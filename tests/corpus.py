@@ -251,6 +251,32 @@ class PReLU(nn.Module):
         return PReLUFunction.apply(x, self.weight)
 
 
+class ChannelPReLUFunction(torch.autograd.Function):
+    """PReLU with a learnt slope per channel (the last dimension), as torch.nn.PReLU(channels)
+    keeps one: it takes inputs of that width only."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return torch.where(x >= 0, x, weight * x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, weight = ctx.saved_tensors
+        grad_x = torch.where(x >= 0, grad_output, weight * grad_output)
+        grad_weight = grad_output * torch.where(x >= 0, torch.zeros_like(x), x)
+        return grad_x, grad_weight.reshape(-1, weight.numel()).sum(0)
+
+
+class ChannelPReLU(nn.Module):
+    def __init__(self, channels: int = 100):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.1, 0.3, channels))
+
+    def forward(self, x):
+        return ChannelPReLUFunction.apply(x, self.weight)
+
+
 class ClampAt2(torch.autograd.Function):
     """min(x, 2) with the gradient 0 at x == 2, where autograd's clamp passes it."""
 
@@ -1469,6 +1495,8 @@ CORRECT = {
         "+activation.reference_params.min=-1.0",
         "+activation.reference_params.max=1.0",
     ),
+    # 77.4: a learnt slope per channel: checked at its width, 100, the experiment's too.
+    "channel_prelu": entry("tests.corpus.ChannelPReLU", None),
     "pair_modulus_by_hypot": entry("tests.corpus.PairModulusByHypot", None),
     "clipped_straight_through": entry(
         "tests.corpus.ClippedStraightThrough",

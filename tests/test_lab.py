@@ -374,6 +374,24 @@ def test_a_reference_that_refuses_an_input_is_named_and_not_compared_there(tmp_p
     assert details["training beside the reference"].startswith("in float32 they part at step")
 
 
+def test_a_function_of_one_width_is_checked_at_it_and_not_trained_at_another():
+    """77.4: a per-channel Module (100 learnt slopes) refused the lab's (4, 5) input: `WRONG
+    returns`, a shape the lab chose. Now the lab finds the width it takes among its parameters'
+    sizes and lays every input out in rows of it; a network of another width is not trained,
+    and the verdict says how to train it."""
+    report = check_function(corpus.ChannelPReLU, params={"channels": 64}, dtypes=("float64",))
+    assert report.ok, str(report)
+    returns = next(f for f in report.findings if f.check == "returns")
+    assert returns.detail.startswith(
+        "takes inputs whose last dimension is 64 only (the size of its parameters): checked on "
+        "those, other inputs laid out in rows of 64"
+    )
+    assert report.verdict().endswith(
+        "training parity did not run (ChannelPReLU takes inputs of width 64 only, the "
+        "experiment's hidden layers are [100]: model.hidden=[64] trains it)"
+    )
+
+
 def test_a_reference_that_raises_everywhere_is_a_caveat_of_the_verdict():
     def needs_a_gpu(x):
         raise RuntimeError("Expected a 'cuda' device")

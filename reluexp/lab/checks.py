@@ -58,11 +58,28 @@ def rounded_to_float32(y: torch.Tensor) -> bool:
     return finite.numel() > 0 and in_float32 and not in_float16
 
 
+def width_taken(context: Context) -> int | None:
+    """The one last dimension the forward takes, where it refuses the lab's (4, 5) input and
+    takes (4, n) for n one of its parameters' sizes (a per-channel quantizer's 100 learnt
+    scales); None where it takes (4, 5) or none of those."""
+    subject = context.subject
+    sizes = sorted({n for p in subject.params.values() for n in p.shape if n > 1} - {5})
+    for width in (5, *sizes):
+        try:
+            with users_code(subject):
+                subject.forward(context.sample((4, width), torch.Generator().manual_seed(6)))
+        except UserError:
+            continue
+        return None if width == 5 else width
+    return None
+
+
 def returns_checks(context: Context) -> list[Check]:
     """What every other check relies on: the forward leaves its input alone (an in-place forward
     corrupts training) and returns a floating tensor of the input's shape; the backward returns
     a gradient for the input; a declared surrogate returns one value per input. What autograd
-    does with another dtype is said (info), as is a forward that is random."""
+    does with another dtype is said (info), as is a forward that is random, and one that takes
+    inputs of one width only (the checks' inputs are laid out in rows of it)."""
     subject = context.subject
     group, name = Group.RETURNS, "returns"
 
@@ -71,14 +88,22 @@ def returns_checks(context: Context) -> list[Check]:
             in_place = changes_its_input(lambda x: subject.call(x, *subject.inputs(x)))
         if in_place:
             raise UserError("forward changed its input in place (x.op_() or x[...] = ...)")
-        notes, probe, constants = [], Probe(), frozenset()
+        notes, constants = [], frozenset()
         # What changes how the Function is checked, said in the terminal too.
         said: list[str] = []
-        ranks, refused = ranks_taken(context)
+        width = width_taken(context)
+        probe = Probe(width=width)
+        probing = replace(context, probe=probe)
+        if width is not None:
+            said.append(
+                f"takes inputs whose last dimension is {width} only (the size of its parameters): "
+                f"checked on those, other inputs laid out in rows of {width}"
+            )
+        ranks, refused = ranks_taken(probing)
         if refused:
             said.append(refused)
         for dtype in (torch.float32, torch.float64):
-            x = context.sample((4, 5), torch.Generator().manual_seed(6)).to(dtype)
+            x = probing.sample((4, 5), torch.Generator().manual_seed(6)).to(dtype)
             x.requires_grad_()
             y, grads, raw = forward_backward(subject, subject.call, x, upstream(x))
             # An input the backward gives None is one it declares needs no gradient.
@@ -105,7 +130,7 @@ def returns_checks(context: Context) -> list[Check]:
                     again = subject.forward(x)
                 random = not torch.equal(again.nan_to_num(), y.nan_to_num())
                 narrowed = [torch.float32] if rounded_to_float32(y) else []
-                probe = Probe(computed_in(dtype, *returned, *narrowed), random, ranks)
+                probe = Probe(computed_in(dtype, *returned, *narrowed), random, ranks, width)
                 if random:
                     said.append(
                         "its forward is random (two calls on one input differ): checked with "
@@ -128,7 +153,7 @@ def returns_checks(context: Context) -> list[Check]:
         notes = [*said, *dict.fromkeys(notes)]
         finding = Finding(group, name, Status.INFO if notes else Status.PASS, "; ".join(notes))
         checked = replace(subject, constants=constants)
-        written = backward_writes(checked.fixed() if probe.random else checked, context)
+        written = backward_writes(checked.fixed() if probe.random else checked, probing)
         if written:
             raise UserError(written)
         return Learnt(
@@ -188,6 +213,8 @@ def ranks_taken(context: Context) -> tuple[tuple[int, ...], str]:
     and, where it refuses some, the line that says so."""
     subject, taken, refusals = context.subject, [2], {}
     for rank, shape in RANK_SHAPES.items():
+        if rank == 1 and context.probe.width is not None:
+            continue  # a 1-D input is laid out in rows of its width
         x = context.sample(shape, torch.Generator().manual_seed(6))
         try:
             with users_code(subject):

@@ -2,6 +2,7 @@
 (the Function, the experiment, the options, and what the stages before it learnt), and the
 check itself, a named call whose raise the stage runner turns into a finding."""
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -38,20 +39,34 @@ class Options:
 class Probe:
     """What the returns check learnt: the dtype the Function computes in for a float64 input
     (a forward returning a float32 mask computes in float32), whether its forward is random
-    (then no training run can be compared step for step), and the ranks of input it takes
-    (a forward written for (batch, features) may refuse a 1-D input)."""
+    (then no training run can be compared step for step), the ranks of input it takes (a
+    forward written for (batch, features) may refuse a 1-D input), and the one last dimension
+    it takes, where it takes one only (a per-channel quantizer's 100 learnt scales)."""
 
     float64_computed_in: torch.dtype = torch.float64
     random: bool = False
     ranks: tuple[int, ...] = (0, 1, 2, 3)
+    width: int | None = None
 
     def lifted(self, x: torch.Tensor) -> torch.Tensor:
         """x with leading dimensions of size 1 up to the next rank the Function takes (a 1-D
-        input as one row); as it is where it takes x's rank or none above it."""
+        input as one row); as it is where it takes x's rank or none above it. For a Function of
+        one width, x's values in rows of that width, repeated to fill the last."""
+        if self.width is not None and (x.dim() == 1 or x.dim() > 1 and x.shape[-1] != self.width):
+            flat = x.reshape(-1)
+            rows = math.ceil(flat.numel() / self.width)
+            filled = flat.repeat(math.ceil(rows * self.width / max(flat.numel(), 1)))
+            return filled[: rows * self.width].reshape(rows, self.width)
         if x.dim() == 0 or x.dim() in self.ranks:
             return x
         rank = min((r for r in self.ranks if r > x.dim()), default=x.dim())
         return x.reshape((1,) * (rank - x.dim()) + tuple(x.shape))
+
+    def shaped(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A shape of two or more dimensions with the Function's one width last."""
+        if self.width is None or len(shape) < 2:
+            return shape
+        return (*shape[:-1], self.width)
 
 
 @dataclass(frozen=True)
@@ -72,8 +87,9 @@ class Context:
     def sample(
         self, shape: tuple[int, ...], generator: torch.Generator, spread: float = 3.0
     ) -> torch.Tensor:
-        """float64 inputs inside the domain, off the kinks."""
-        return sample(shape, generator, list(self.kinks), spread, self.domain)
+        """float64 inputs inside the domain, off the kinks (of its one width, for a Function
+        that takes one only)."""
+        return sample(self.probe.shaped(shape), generator, list(self.kinks), spread, self.domain)
 
     @property
     def oracle(self) -> Oracle:

@@ -29,7 +29,7 @@ def transform_checks(context: Context) -> list[Check]:
     failed. Its gradient under vmap (torch.func.grad, which on torch 2.13 imports dynamo:
     about a second, most of a default check) with --compile, beside torch.compile's checks."""
     subject = context.subject
-    x = torch.randn(64, 100, generator=torch.Generator().manual_seed(5))
+    x = torch.randn(context.probe.shaped((64, 100)), generator=torch.Generator().manual_seed(5))
     plain = subject.plain
 
     def agreement(name: str, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Finding:
@@ -94,7 +94,8 @@ def memory_checks(context: Context) -> list[Check]:
     subject, name = context.subject, "saved bytes per element"
 
     def check() -> Finding:
-        x = torch.randn(64, 100, generator=torch.Generator().manual_seed(5))
+        shape = context.probe.shaped((64, 100))
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(5))
         total, extra = saved_bytes(subject.call, subject, x)
         detail = f"{total:g} saved, {extra:g} beyond the output"
         if subject.reference is not None:

@@ -66,7 +66,8 @@ def coverage_checks(context: Context) -> list[Check]:
         if structure.pointwise:
             kind, values = "value" if dtype.itemsize == 2 else "binade", every_value(dtype)
         else:
-            kind, values = "binade", binade_rows(dtype, PROBE_SHAPE[1], generator)
+            width = context.probe.shaped(PROBE_SHAPE)[1]
+            kind, values = "binade", binade_rows(dtype, width, generator)
         name = f"every {kind} {dtype_name(dtype)}"
         checks.append(
             Check(

@@ -184,11 +184,13 @@ def finite_difference_params(
             def moved(value: torch.Tensor, i: int = i, j: int = j) -> torch.Tensor:
                 changed = [p.detach().clone() for p in params]
                 changed[i].view(-1)[j] = value.reshape(())
-                return (subject.call(x, *changed) * grad_output).sum()
+                return subject.call(x, *changed) * grad_output
 
             at = param.detach().reshape(-1)[j : j + 1].double()
             # A small step: a parameter moves every element, some of them near a kink.
             step = FD_PARAM_STEP * at.abs().clamp(min=1.0)
-            grad.view(-1)[j] = stencil(moved, at, step).reshape(())
+            # Each output's change, then their sum: an output the element does not move (a
+            # per-channel slope's other channels, 1e37 of them) changes by exactly 0.
+            grad.view(-1)[j] = stencil(moved, at, step).sum()
         grads.append(grad)
     return grads

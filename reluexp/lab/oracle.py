@@ -119,6 +119,13 @@ class Oracle:
         """What its finite differences are trusted to, whichever the oracle."""
         return fd_error(self.computed_in)
 
+    def across_zero(self, x: torch.Tensor) -> torch.Tensor:
+        """Where a stencil beside 0 reaches across it in a forward whose kinks were not looked
+        for (not the same at every element): 0 is the likeliest kink (a ReLU unit's)."""
+        if self.structure.pointwise:
+            return torch.zeros_like(x, dtype=torch.bool)
+        return (x != 0) & (x.abs() <= 2 * steps_for(x, self.kinks))
+
     @property
     def formula(self) -> str:
         """What the oracle computes in a result's own dtype, whose rounding a result may share."""
@@ -190,6 +197,7 @@ class Oracle:
             by_differences, halved = differences
             unknown = ~resolved(by_differences, halved, x, grad_output, self.fd_error)
             unknown |= steps_for(x, self.kinks) < FD_SMALLEST_STEP
+            unknown |= self.across_zero(x)
             noise = rounding_of_differences(self, x, grad_output, params)
             uncertainty = torch.where(unknown, math.inf, noise)
             grads = [
@@ -201,12 +209,8 @@ class Oracle:
         if differences is not None:
             by_differences, halved = differences
             # A stencil of subnormal steps (a kink a few subnormals away) resolves nothing.
-            steps = steps_for(x, self.kinks)
-            normal_steps = steps >= FD_SMALLEST_STEP
-            if not self.structure.pointwise:
-                # Kinks are looked for only in a forward the same at every element: here a
-                # stencil across 0, the likeliest kink (a ReLU unit's), may straddle one.
-                normal_steps &= (x == 0) | (x.abs() > 2 * steps)
+            normal_steps = steps_for(x, self.kinks) >= FD_SMALLEST_STEP
+            normal_steps &= ~self.across_zero(x)
             trusted = resolved(by_differences, halved, x, grad_output, self.fd_error)
             trusted &= x.isfinite()
             trusted &= normal_steps

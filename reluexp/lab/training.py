@@ -378,6 +378,21 @@ def surrogate_grid(context: Context) -> torch.Tensor:
     return context.sample((64, 100), torch.Generator().manual_seed(7))
 
 
+def width_misfit(config: Config, subject: Subject, width: int | None) -> str:
+    """Why a Function of one width cannot train in the experiment's network: its hidden layers
+    are of another ('' where they fit, or the network is not the article's)."""
+    if width is None or not isinstance(config.model, MLPConfig):
+        return ""
+    hidden = config.model.hidden
+    widths = [hidden] if isinstance(hidden, int) else list(hidden)
+    if all(w == width for w in widths):
+        return ""
+    return (
+        f"{subject.name} takes inputs of width {width} only, the experiment's hidden layers are "
+        f"{widths}: model.hidden=[{width}] trains it"
+    )
+
+
 def training_checks(context: Context) -> list[Check]:
     """Both pairs (with training on), and the experiment's pre-activations they reached, for
     the large-input checks: at the first step, and at the float64 run's last. A run the
@@ -391,6 +406,11 @@ def training_checks(context: Context) -> list[Check]:
         if not context.options.training:
             skipped = Finding(Group.TRAINING, "training parity", Status.INFO, NOT_TRAINED)
             return Learnt([skipped], Learned(reached=preactivations(config, None)))
+        misfit = width_misfit(config, subject, context.probe.width)
+        if misfit:
+            skipped = Finding(Group.TRAINING, "training parity", Status.UNSUPPORTED, misfit)
+            reached = Learned(reached=preactivations(config, None))
+            return Learnt([skipped], reached, caveats=[f"training parity did not run ({misfit})"])
         with runs_silenced():
             try:
                 deciding, twin_facts, function64 = deciding_pair(
