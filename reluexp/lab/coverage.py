@@ -1,6 +1,6 @@
-"""Coverage by construction: a pointwise Function at every finite float16 and bfloat16 value and
-at every binade of float32 and float64 (both signs, subnormals to the largest), any other on rows
-of one binade and rows of tiny beside huge, not only where random, edge and large inputs happen
+"""Coverage by construction: an elementwise Function at every finite float16 and bfloat16 value
+and at every binade of float32 and float64 (both signs, subnormals to the largest), any other on
+rows of one binade and rows of tiny beside huge, not only where random, edge and large inputs happen
 to land. A NaN backward at tiny inputs is found here, and a modulus of tiny neighbours."""
 
 import math
@@ -32,15 +32,16 @@ def coverage_checks(context: Context) -> list[Check]:
     """Forward and backward against the truth as everywhere else (the oracle, and a reference
     where there is one), one check per dtype: a non-finite result where the truth is finite is
     wrong at an ordinary input, tiny ones included, and fails at large ones up to ORDINARY;
-    beyond it, and in half precision (whose range float32 intermediates avoid), precision. A
-    pointwise Function at every value or binade (upstream ones: each element its own input);
+    beyond it, and in half precision (whose range float32 intermediates avoid), precision. An
+    elementwise Function at every value or binade (upstream ones: each element its own input;
+    laid out in rows of its width, for one that takes one only);
     any other on binade_rows, oriented as its outputs depend on its inputs (a row of one
     binade along the dim it reduces over), with a random upstream."""
     group = Group.EVERY_MAGNITUDE
     structure = context.structure
 
     def check(name: str, x: torch.Tensor) -> Finding:
-        if structure.pointwise:
+        if structure.elementwise:
             ordinary = x.abs() <= ORDINARY
             parts = [x[ordinary], x[~ordinary]]
         else:
@@ -49,8 +50,11 @@ def coverage_checks(context: Context) -> list[Check]:
         found = []
         for part in parts:
             part = part.detach().requires_grad_()
-            ones = torch.ones_like(part) if structure.pointwise else None
-            found.append(compared(group, name, context, part, ones))
+            ones = torch.ones_like(part) if structure.elementwise else None
+            # Kinks are looked for where the forward is the same at every element only: for
+            # one that is not, an exact 0 is taken as one (as the edges take it).
+            zeros = part.detach() == 0 if structure.kind == Dependence.ELEMENTWISE else None
+            found.append(compared(group, name, context, part, ones, zeros))
         within, beyond = found
         if structure.pointwise and beyond.status == Status.PASS:
             beyond = overflow_jump(context.subject, name, x) or beyond
@@ -63,7 +67,7 @@ def coverage_checks(context: Context) -> list[Check]:
     checks = []
     generator = torch.Generator().manual_seed(11)
     for dtype in context.options.dtypes:
-        if structure.pointwise:
+        if structure.elementwise:  # each element its own input: laid out as the probe takes it
             kind, values = "value" if dtype.itemsize == 2 else "binade", every_value(dtype)
         else:
             width = context.probe.shaped(PROBE_SHAPE)[1]

@@ -28,6 +28,10 @@ from reluexp.run import runner
 
 # A wrong backward parts the float64 pair at the first update; more steps decide no better.
 TWIN_STEPS = 50
+# A twin that differences its parameters trains at most this many parameter elements times
+# steps, and at least DIFFERENCED_MIN_STEPS steps (a wrong backward parts at the first).
+DIFFERENCED_BUDGET = 1000
+DIFFERENCED_MIN_STEPS = 10
 # The float32 pair beside the reference: long enough for a pre-activation to land on exactly
 # 0.0 in the seed's experiment (step 34 with AVX-512 kernels, 156 with AVX2).
 REFERENCE_STEPS = 200
@@ -113,8 +117,9 @@ NOT_TRAINED = "not trained here (training=False); `python -m reluexp.check` trai
 BOTH_DIVERGE = "both runs diverge"
 
 
-def settings_that_train(config: Config, activation: ActivationFactory) -> str:
-    """The first of a few gentler settings under which the twin trains without diverging."""
+def settings_that_train(config: Config, activation: ActivationFactory, steps: int) -> str:
+    """The first of a few gentler settings under which the twin trains `steps` steps without
+    diverging."""
     for factor in (1.0, 0.1, 0.01):
         gentle = copy.deepcopy(config)
         gentle.lr = config.lr * factor
@@ -122,7 +127,7 @@ def settings_that_train(config: Config, activation: ActivationFactory) -> str:
         if isinstance(gentle.model, MLPConfig):  # the other models start as torch has them
             gentle.model.init = Init.scaled
             settings = f"model.init=scaled {settings}"
-        if train_side(gentle, activation, "float64", TWIN_STEPS).diverged_at is None:
+        if train_side(gentle, activation, "float64", steps).diverged_at is None:
             return settings
     return ""
 
@@ -193,6 +198,11 @@ def deciding_pair(
             {},
             None,
         )
+    if oracle.kind == OracleKind.FINITE_DIFFERENCES and subject.params:
+        # Each of the twin's steps differences every parameter element (four forwards each):
+        # 100 per-channel slopes took 4 s for 50 steps.
+        elements = sum(p.numel() for p in subject.params.values())
+        steps = min(steps, max(DIFFERENCED_MIN_STEPS, DIFFERENCED_BUDGET // elements))
     watch = None if domain.whole else DomainWatch(subject.make_activation, domain)
     function = train_side(config, watch or subject.make_activation, "float64", steps)
     twin = train_side(config, twin_activation, "float64", steps)
@@ -229,7 +239,7 @@ def deciding_pair(
             function,
         )
     if function.diverged_at is not None:
-        gentler = settings_that_train(config, twin_activation)
+        gentler = settings_that_train(config, twin_activation, steps)
         hint = f"; {gentler} trains it" if gentler else ""
         facts["settings_that_train"] = gentler
         return (
