@@ -251,14 +251,9 @@ class PReLU(nn.Module):
         return PReLUFunction.apply(x, self.weight)
 
 
-class ChannelPReLUFunction(torch.autograd.Function):
+class ChannelPReLUFunction(PReLUFunction):
     """PReLU with a learnt slope per channel (the last dimension), as torch.nn.PReLU(channels)
     keeps one: it takes inputs of that width only."""
-
-    @staticmethod
-    def forward(ctx, x, weight):
-        ctx.save_for_backward(x, weight)
-        return torch.where(x >= 0, x, weight * x)
 
     @staticmethod
     def backward(ctx, grad_output):

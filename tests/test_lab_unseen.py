@@ -216,46 +216,32 @@ def _(x):
 wrong_fake.register_autograd(backward, setup_context=setup)
 
 
-# PyTorch's custom-op tutorial's numpy_mul, its y's gradient summed to y's shape (a number from
-# the command line is a 0-D tensor).
-@torch.library.custom_op("reluexp_unseen::numpy_mul", mutates_args=())
-def numpy_mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(x.numpy(force=True) * y.numpy(force=True)).to(x.device)
-
-
-@numpy_mul.register_fake
-def _(x, y):
-    return torch.empty_like(x)
-
-
 def setup_mul(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
-def backward_mul(ctx, grad):
-    x, y = ctx.saved_tensors
-    return grad * y, (grad * x).sum_to_size(y.shape)
+# PyTorch's custom-op tutorial's numpy_mul, its y's gradient summed to y's shape (a number from
+# the command line is a 0-D tensor), times y_factor.
+def numpy_mul_op(name, y_factor):
+
+    @torch.library.custom_op(f"reluexp_unseen::{name}", mutates_args=())
+    def op(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(x.numpy(force=True) * y.numpy(force=True)).to(x.device)
+
+    @op.register_fake
+    def _(x, y):
+        return torch.empty_like(x)
+
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        return grad * y, y_factor * (grad * x).sum_to_size(y.shape)
+
+    op.register_autograd(backward, setup_context=setup_mul)
+    return op
 
 
-numpy_mul.register_autograd(backward_mul, setup_context=setup_mul)
-
-
-@torch.library.custom_op("reluexp_unseen::numpy_mul_doubled_y", mutates_args=())
-def numpy_mul_doubled_y(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.from_numpy(x.numpy(force=True) * y.numpy(force=True)).to(x.device)
-
-
-@numpy_mul_doubled_y.register_fake
-def _(x, y):
-    return torch.empty_like(x)
-
-
-def backward_doubled_y(ctx, grad):
-    x, y = ctx.saved_tensors
-    return grad * y, 2 * (grad * x).sum_to_size(y.shape)
-
-
-numpy_mul_doubled_y.register_autograd(backward_doubled_y, setup_context=setup_mul)
+numpy_mul = numpy_mul_op("numpy_mul", 1)
+numpy_mul_doubled_y = numpy_mul_op("numpy_mul_doubled_y", 2)
 """
 
 
