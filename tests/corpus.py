@@ -1413,6 +1413,41 @@ class ScalarClampSte(torch.autograd.Function):
         return grad_y, None, None
 
 
+class ChannelLSQFunction(torch.autograd.Function):
+    """Learned step size quantization (Esser et al.) with a step per channel: x straight
+    through inside the 8-bit range, the step's gradient LSQ's own (round(v) - v inside, the
+    bound outside)."""
+
+    @staticmethod
+    def forward(ctx, x, step):
+        s = step.view(1, -1)
+        ctx.save_for_backward(x, s)
+        return torch.clamp(torch.round(x / s), -128, 127) * s
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, s = ctx.saved_tensors
+        v = x / s
+        lower, upper = v < -128, v > 127
+        inside = ~(lower | upper)
+        grad_step = (lower * -128.0 + upper * 127.0 + inside * (torch.round(v) - v)) * grad_output
+        return grad_output * inside, grad_step.sum(dim=0)
+
+
+class ChannelLSQ(nn.Module):
+    def __init__(self, channels: int = 100):
+        super().__init__()
+        self.step = nn.Parameter(torch.full((channels,), 0.05))
+
+    def forward(self, x):
+        return ChannelLSQFunction.apply(x, self.step)
+
+
+def inside_lsq_range(x):
+    """ChannelLSQ's surrogate for x at its starting step, 0.05: 1 inside the 8-bit range."""
+    return ((x >= -128 * 0.05) & (x <= 127 * 0.05)).to(x.dtype)
+
+
 def entry(target: str, reference: str | None, *overrides: str) -> list[str]:
     named = [] if reference is None else [f"activation.reference={reference}"]
     return ["activation=custom", f"activation.target={target}", *named, *overrides]
@@ -1492,6 +1527,10 @@ CORRECT = {
     ),
     # 77.4: a learnt slope per channel: checked at its width, 100, the experiment's too.
     "channel_prelu": entry("tests.corpus.ChannelPReLU", None),
+    # A surrogate declares the input's gradient: the steps' is not judged, nor trained beside.
+    "lsq_per_channel": entry(
+        "tests.corpus.ChannelLSQ", None, "activation.surrogate=tests.corpus.inside_lsq_range"
+    ),
     "pair_modulus_by_hypot": entry("tests.corpus.PairModulusByHypot", None),
     "clipped_straight_through": entry(
         "tests.corpus.ClippedStraightThrough",

@@ -265,11 +265,17 @@ def choose_oracle(
     on x, float64 off the kinks); else finite differences."""
     if subject.surrogate is not None:
         twin = surrogate_twin(subject) if not subject.params else None
+        unjudged = (
+            f"; {', '.join(subject.params)}'s gradient not judged (a surrogate declares the "
+            "input's)"
+            if subject.params
+            else ""
+        )
         return Oracle(
             OracleKind.SURROGATE,
             "declared surrogate",
             "the backward is a declared surrogate, judged against it (not the forward's "
-            "derivative)",
+            f"derivative){unjudged}",
             twin,
             subject,
             kinks,

@@ -165,10 +165,15 @@ class DifferencedTwin(torch.nn.Module):
 def twin_layers(subject: Subject, oracle: Oracle) -> ActivationFactory | None:
     """What the twin run places: the oracle's twin (autograd through a Function's forward, or
     the declared surrogate); for an elementwise Module activation (a learnable one), its
-    forward differentiated by finite differences, parameters included; else none."""
+    forward differentiated by finite differences, parameters included; else none (a surrogate
+    declares the input's gradient, not its parameters': their twin would not learn)."""
     if oracle.twin is not None:
         return layers_of(oracle.twin, f"{subject.name}'s twin", {})
-    if subject.kind == TargetKind.MODULE and oracle.structure.elementwise:
+    if (
+        subject.kind == TargetKind.MODULE
+        and oracle.structure.elementwise
+        and oracle.kind != OracleKind.SURROGATE
+    ):
         return lambda: DifferencedTwin(oracle, subject.make_activation())
     return None
 
