@@ -130,6 +130,12 @@ def takes_tensor_arguments(obj: object) -> bool:
     return is_function(obj) or is_custom_op(obj) and op_arguments(obj) is not None
 
 
+def calling(obj: object) -> Callable[..., torch.Tensor]:
+    """What calls obj with its input and its arguments: a Function's apply, anything else
+    itself (a custom op)."""
+    return obj.apply if is_function(obj) else obj
+
+
 def arguments_after_input(obj: object) -> list[inspect.Parameter]:
     """What obj takes besides its input: a Function's forward arguments after the input (and
     the ctx, unless setup_context takes it), a custom op's schema's, a Module's constructor
@@ -138,7 +144,7 @@ def arguments_after_input(obj: object) -> list[inspect.Parameter]:
     if is_function(obj):
         skip = 1 if obj.setup_context is not torch.autograd.Function.setup_context else 2
         return list(inspect.signature(obj.forward).parameters.values())[skip:]
-    if takes_tensor_arguments(obj):
+    if is_custom_op(obj) and (arguments := op_arguments(obj)) is not None:
         return [
             inspect.Parameter(
                 argument.name,
@@ -148,7 +154,7 @@ def arguments_after_input(obj: object) -> list[inspect.Parameter]:
                 else argument.default,
                 annotation=torch.Tensor if argument.tensor else inspect.Parameter.empty,
             )
-            for argument in op_arguments(obj)[1:]
+            for argument in arguments[1:]
         ]
     if is_module(obj):
         return list(inspect.signature(obj.__init__).parameters.values())[1:]
@@ -294,7 +300,7 @@ def as_activation(obj: object, params: dict[str, Any], path: str) -> Activation:
     """A Function gives its `apply`, a Module class an instance, a function itself; params bound."""
     positional = checked_params(obj, params, path)
     if takes_tensor_arguments(obj):
-        call = obj.apply if is_function(obj) else obj
+        call = calling(obj)
         if not positional:
             return call
         return lambda x: call(x, *positional)

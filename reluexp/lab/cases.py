@@ -41,8 +41,7 @@ def spikes(
     size = series.abs().nan_to_num(nan=0.0)
     pad = torch.nn.functional.pad
     around = torch.maximum(pad(size[:-apart], (apart, 0)), pad(size[apart:], (0, apart)))
-    floor_ = torch.full_like(size, floor)
-    return (size > torch.maximum(factor * around, floor_)).nonzero().flatten().tolist()
+    return (size > (factor * around).clamp(min=floor)).nonzero().flatten().tolist()
 
 
 def refine(value: Callable[[float], float], a: float, b: float) -> float:
@@ -75,7 +74,8 @@ def find_kinks(
     grid = torch.linspace(low, high, GRID_POINTS, dtype=torch.float64)
     spacing = (grid[1] - grid[0]).item()
     y = subject.forward(grid).double()
-    rounding = ROUNDING_SPIKE * torch.finfo(computed_in).eps * y.abs().nan_to_num(0, 0, 0).max()
+    largest = y.abs().nan_to_num(0, 0, 0).max().item()
+    rounding = ROUNDING_SPIKE * torch.finfo(computed_in).eps * largest
 
     def at(v: float) -> float:
         return subject.forward(torch.tensor([v], dtype=torch.float64)).double().item()
@@ -92,7 +92,7 @@ def find_kinks(
     # A step inside interval i: y jumps there. A kink inside interval i: the slope changes
     # between intervals i - 1 and i + 1, which their difference two apart shows (one place, or
     # two beside each other).
-    steps = spikes(y[1:] - y[:-1], floor=max(1e-9, rounding.item()))
+    steps = spikes(y[1:] - y[:-1], floor=max(1e-9, rounding))
     slopes = (y[1:] - y[:-1]) / spacing
     bends = [
         i
@@ -100,7 +100,7 @@ def find_kinks(
             slopes[2:] - slopes[:-2],
             apart=2,
             factor=BEND_FACTOR,
-            floor=max(1e-9, rounding.item() / spacing),
+            floor=max(1e-9, rounding / spacing),
         )
         if all(abs(i - s) > 4 for s in steps)
     ]
@@ -153,14 +153,20 @@ def upstream(x: torch.Tensor, seed: int = 0) -> torch.Tensor:
 BINADE_POINTS = (1.0, 1.5)
 
 
+def exponent_range(dtype: torch.dtype) -> tuple[int, int]:
+    """The exponents of the dtype's smallest subnormal and of its largest binade: 2^-149 and
+    2^127 in float32, 2^-1074 and 2^1023 in float64."""
+    info = torch.finfo(dtype)
+    # The smallest subnormal is 2^(log2(smallest normal) + log2(eps)).
+    return round(math.log2(info.smallest_normal) + math.log2(info.eps)), math.frexp(info.max)[1] - 1
+
+
 def binades(dtype: torch.dtype) -> torch.Tensor:
     """float32 or float64 values at BINADE_POINTS of every binade, subnormals included, both
     signs, and 0 (1,107 float32 values, 8,393 float64)."""
-    info = torch.finfo(dtype)
-    # The smallest subnormal is 2^(log2(smallest normal) + log2(eps)): 2^-149, 2^-1074.
-    lowest = round(math.log2(info.smallest_normal) + math.log2(info.eps))
+    lowest, highest = exponent_range(dtype)
     # float64 exponents: torch before 2.4 computes ldexp of integer exponents in float32.
-    exponents = torch.arange(lowest, round(math.log2(info.max)) + 1, dtype=torch.float64)
+    exponents = torch.arange(lowest, highest + 1, dtype=torch.float64)
     ones = torch.ones(len(exponents), dtype=torch.float64)
     magnitudes = torch.cat([torch.ldexp(point * ones, exponents) for point in BINADE_POINTS])
     # As the dtype holds them (1.5 x the smallest subnormal does not exist; 1.5 x 2^1023 is inf).
@@ -184,8 +190,7 @@ def binade_rows(dtype: torch.dtype, width: int, generator: torch.Generator) -> t
     as tiny, or as huge, together as the dtype holds), then each row's odd positions in the
     reciprocal binade (tiny beside huge)."""
     info = torch.finfo(dtype)
-    lowest = round(math.log2(info.smallest_normal) + math.log2(info.eps))
-    highest = math.frexp(info.max)[1] - 1  # the largest binade's exponent: 2^1023 in float64
+    lowest, highest = exponent_range(dtype)
     exponents = torch.arange(lowest, highest + 1, dtype=torch.float64)[:, None]
     mantissas = 1 + torch.rand(len(exponents), width, generator=generator, dtype=torch.float64)
     signs = torch.randint(0, 2, mantissas.shape, generator=generator) * 2 - 1

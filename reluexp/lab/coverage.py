@@ -34,9 +34,9 @@ def coverage_checks(context: Context) -> list[Check]:
     wrong at an ordinary input, tiny ones included, and fails at large ones up to ORDINARY;
     beyond it, and in half precision (whose range float32 intermediates avoid), precision. An
     elementwise Function at every value or binade (upstream ones: each element its own input;
-    laid out in rows of its width, for one that takes one only);
-    any other on binade_rows, oriented as its outputs depend on its inputs (a row of one
-    binade along the dim it reduces over), with a random upstream."""
+    in rows of its width, for one that takes one only); any other on binade_rows, oriented as
+    its outputs depend on its inputs (a row of one binade along the dim it reduces over), with
+    a random upstream."""
     group = Group.EVERY_MAGNITUDE
     structure = context.structure
 
@@ -98,7 +98,8 @@ def overflow_jump(subject: Subject, name: str, x: torch.Tensor) -> Finding | Non
         values = y[where]
         jumps = ~values[1:].isfinite() & values[:-1].isfinite() & (values[:-1].abs() < far_below)
         if jumps.any():
-            before, at = where[int(jumps.nonzero()[0])], where[int(jumps.nonzero()[0]) + 1]
+            first = int(jumps.nonzero()[0])
+            before, at = where[first], where[first + 1]
             location = Location(
                 "forward",
                 "x",

@@ -11,14 +11,15 @@ from typing import Any
 
 import torch
 
-from reluexp._compat import CUSTOM_OP_TYPES
 from reluexp.config import ConfigError
 from reluexp.functions.targets import (
     ActivationFactory,
     accepted,
     arguments_after_input,
     as_activation,
+    calling,
     checked_params,
+    is_custom_op,
     is_function,
     is_module,
     layers_of,
@@ -105,7 +106,7 @@ def explicit(obj: object, params: dict[str, Any], path: str) -> tuple[Tensors, d
         slots = tensor_slots(arguments)
         if slots:
             names = [p.name for p in arguments_after_input(obj)]
-            call = obj.apply if is_function(obj) else obj
+            call = calling(obj)
 
             def apply(x: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
                 return call(x, *with_tensors(arguments, slots, tensors))
@@ -245,7 +246,7 @@ def build_subject(
         function=obj if is_function(obj) else None,
         extra_args=checked_params(obj, params, target_path) if is_function(obj) else (),
         surrogate=surrogate_of(surrogate, params, "activation.surrogate"),
-        op=obj if isinstance(obj, CUSTOM_OP_TYPES) else None,
+        op=obj if is_custom_op(obj) else None,
     )
     if reference is not None:
         reference_path = (

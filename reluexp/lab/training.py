@@ -398,8 +398,7 @@ def width_misfit(config: Config, subject: Subject, width: int | None) -> str:
     are of another ('' where they fit, or the network is not the article's)."""
     if width is None or not isinstance(config.model, MLPConfig):
         return ""
-    hidden = config.model.hidden
-    widths = [hidden] if isinstance(hidden, int) else list(hidden)
+    widths = list(config.model.hidden)  # a list: the config makes a single width one
     if all(w == width for w in widths):
         return ""
     return (
