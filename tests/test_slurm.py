@@ -219,10 +219,15 @@ def test_a_cancelled_job_is_a_result_and_the_sweep_goes_on(slurm_env, tmp_path):
     assert re.search(r"\[1/2\] seed=1 interrupted .*\(SLURM job \S+\)", stderr)
 
 
-def job_python(job_id: str) -> int:
-    """The pid of the Python process running SLURM job `<array>_<task>` on this node."""
+def job_python(job_id: str, env: dict[str, str]) -> int:
+    """The pid of the Python process running SLURM job `<array>_<task>` of the cluster whose
+    client environment is `env` (another worker's cluster numbers its jobs from 1 too)."""
     array, task = job_id.split("_")
-    wanted = {"SLURM_ARRAY_JOB_ID": array, "SLURM_ARRAY_TASK_ID": task}
+    wanted = {
+        "SLURM_ARRAY_JOB_ID": array,
+        "SLURM_ARRAY_TASK_ID": task,
+        "SLURM_CONF": env["SLURM_CONF"],
+    }
     for process in psutil.process_iter():
         try:
             command, variables = process.cmdline(), process.environ()
@@ -240,7 +245,7 @@ def test_a_killed_job_is_a_failed_result_reported_as_it_ends(slurm_env, tmp_path
     # (without SLURM accounting) would wait for one forever.
     process = start_long_sweep(slurm_env, tmp_path, "1,2", steps=10**6)
     killed = json.loads(next(tmp_path.glob("outputs/multirun/*/000_*/summary.json")).read_text())
-    os.kill(job_python(killed["slurm_job_id"]), signal.SIGKILL)
+    os.kill(job_python(killed["slurm_job_id"], slurm_env), signal.SIGKILL)
     deadline = time.monotonic() + 300
     line = ""
     while not line.startswith("[1/2] "):
